@@ -1,0 +1,1 @@
+"""HTTP: FastAPI routers, auth, problem+json errors."""

@@ -1,0 +1,1 @@
+"""The session runtime: pure Python, no HTTP and no SQL."""

@@ -1,0 +1,147 @@
+"""Domain errors of the runtime and the store.
+
+Every error the service raises on purpose is an `AgentSessionError` with a stable `code`;
+the HTTP layer maps each class to a status in one table (`app/api/problems.py`). Nothing here
+knows about HTTP.
+
+    AgentSessionError
+    ├── NotFound
+    │   ├── SessionNotFound          (also: another tenant's session)
+    │   └── SnapshotNotFound
+    ├── Conflict
+    │   ├── SessionAlreadyExists
+    │   ├── SeqConflict              (append with a stale expected_seq; carries current_seq)
+    │   ├── VersionConflict          (If-Match on a stale version; carries current version)
+    │   ├── BindingMismatch
+    │   └── IdempotencyInFlight
+    ├── InvalidRequest
+    │   ├── InvalidForkPoint
+    │   ├── InvalidItems
+    │   ├── IdempotencyKeyReused     (same key, different body)
+    │   └── PayloadTooLarge
+    ├── Unauthorized
+    └── TenantNotFound / KeyNotFound (CLI)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentSessionError(Exception):
+    """Root of every deliberate error; `code` is stable and part of the API contract."""
+
+    code = "agent_session_error"
+
+    def __init__(self, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail or self.__class__.__name__)
+        self.detail = detail
+        self.extra = extra
+
+
+class NotFound(AgentSessionError):
+    code = "not_found"
+
+
+class SessionNotFound(NotFound):
+    code = "session_not_found"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+
+
+class SnapshotNotFound(NotFound):
+    code = "snapshot_not_found"
+
+
+class TenantNotFound(NotFound):
+    code = "tenant_not_found"
+
+
+class KeyNotFound(NotFound):
+    code = "key_not_found"
+
+
+class Conflict(AgentSessionError):
+    code = "conflict"
+
+
+class SessionAlreadyExists(Conflict):
+    code = "session_exists"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+
+
+class TenantAlreadyExists(Conflict):
+    code = "tenant_exists"
+
+
+class SeqConflict(Conflict):
+    code = "seq_conflict"
+
+    def __init__(self, expected_seq: int, current_seq: int) -> None:
+        super().__init__(
+            f"expected last seq {expected_seq}, but the session is at {current_seq}",
+            expected_seq=expected_seq,
+            current_seq=current_seq,
+        )
+
+
+class VersionConflict(Conflict):
+    """A precondition on the session version failed (HTTP maps it to 412)."""
+
+    code = "version_conflict"
+
+    def __init__(self, expected_version: int, current_version: int) -> None:
+        super().__init__(
+            f"expected version {expected_version}, but the session is at {current_version}",
+            expected_version=expected_version,
+            current_version=current_version,
+        )
+
+
+class BindingMismatch(Conflict):
+    code = "binding_mismatch"
+
+
+class IdempotencyInFlight(Conflict):
+    code = "idempotency_in_flight"
+
+    def __init__(self) -> None:
+        super().__init__("a request with this Idempotency-Key is still being processed")
+
+
+class InvalidRequest(AgentSessionError):
+    code = "invalid_request"
+
+
+class InvalidForkPoint(InvalidRequest):
+    code = "invalid_fork_point"
+
+
+class InvalidItems(InvalidRequest):
+    code = "invalid_items"
+
+
+class InvalidState(InvalidRequest):
+    code = "invalid_state"
+
+
+class IdempotencyKeyReused(InvalidRequest):
+    code = "idempotency_key_reused"
+
+    def __init__(self) -> None:
+        super().__init__("this Idempotency-Key was used with a different request")
+
+
+class PayloadTooLarge(AgentSessionError):
+    code = "payload_too_large"
+
+
+class Unauthorized(AgentSessionError):
+    code = "unauthorized"
+
+    def __init__(self) -> None:
+        # One message for unknown, malformed and revoked keys: no oracle for which it was.
+        super().__init__("missing or invalid API key")

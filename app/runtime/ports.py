@@ -1,0 +1,173 @@
+"""What the runtime needs from persistence: records and the store protocol.
+
+The runtime depends on this protocol, never on SQLAlchemy; `app.store.AgentSessionStore`
+is its implementation on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from app.runtime.events import Event, NewEvent
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    tenant_id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    key_id: str
+    tenant_id: str
+    prefix: str
+    secret_hash: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    tenant_id: str
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    forked_from_seq: int | None
+    status: str
+    metadata: dict[str, Any]
+    agent: dict[str, Any]
+    binding: dict[str, Any]
+    last_seq: int
+    version: int
+    active_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    session_id: str
+    seq: int
+    kind: str
+    state: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What one append transaction committed."""
+
+    session: SessionRecord
+    events: list[Event]
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    session_id: str
+    metadata: dict[str, Any]
+    agent: dict[str, Any]
+    binding: dict[str, Any]
+    root_session_id: str | None = None
+    parent_session_id: str | None = None
+    forked_from_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyClaim:
+    """Outcome of claiming an Idempotency-Key: either ours to run, or a stored response."""
+
+    claimed: bool
+    status_code: int | None = None
+    response: bytes | None = None
+    headers: dict[str, str] | None = None
+
+
+class SessionStore(Protocol):
+    """Tenant-scoped persistence. Every method takes `tenant_id` first."""
+
+    async def create_session(
+        self,
+        tenant_id: str,
+        *,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+    ) -> AppendResult: ...
+
+    async def fork_session(
+        self,
+        tenant_id: str,
+        source_session_id: str,
+        *,
+        at_seq: int,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot_state: dict[str, Any],
+    ) -> AppendResult: ...
+
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
+
+    async def list_sessions(
+        self,
+        tenant_id: str,
+        *,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        status: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> list[SessionRecord]: ...
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> bool: ...
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+    ) -> AppendResult: ...
+
+    async def list_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]: ...
+
+    async def get_snapshot(
+        self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
+    ) -> SnapshotRecord | None: ...
+
+    async def save_snapshot(
+        self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]
+    ) -> bool: ...
+
+    async def claim_idempotency_key(
+        self, tenant_id: str, key: str, *, request_hash: str
+    ) -> IdempotencyClaim: ...
+
+    async def complete_idempotency_key(
+        self,
+        tenant_id: str,
+        key: str,
+        *,
+        status_code: int,
+        response: bytes,
+        headers: dict[str, str],
+    ) -> None: ...
+
+    async def release_idempotency_key(self, tenant_id: str, key: str) -> None: ...

@@ -1,0 +1,132 @@
+"""The projector: fold a session's events into its `SessionState`.
+
+`fold(state, events)` is pure and total: it never mutates its input, and an event type it
+does not know is skipped (old ledgers and newer writers never crash a reader). Only the
+memory event types of the DESIGN change memory; MODEL_RESPONSE contributes token usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from app.runtime.events import Event, EventType
+from app.runtime.state import SessionState
+
+Apply = Callable[[SessionState, dict[str, Any]], None]
+
+
+def _append_items(state: SessionState, payload: dict[str, Any]) -> None:
+    # Copies: a later TOOL_OUTPUT_REPLACED edits state items, never the event's payload.
+    state.items.extend(dict(i) for i in payload.get("items") or [])
+
+
+def _append_item(state: SessionState, payload: dict[str, Any]) -> None:
+    item = payload.get("item")
+    if item is not None:
+        state.items.append(dict(item))
+
+
+def _replace_tool_output(state: SessionState, payload: dict[str, Any]) -> None:
+    call_id = payload.get("call_id")
+    for item in reversed(state.items):
+        if item.get("type") == "function_call_output" and item.get("call_id") == call_id:
+            item["output"] = payload.get("output", "")
+            return
+
+
+def _compress(state: SessionState, payload: dict[str, Any]) -> None:
+    # A projection report shaped one prompt and left memory alone; only a compact result
+    # (kind "compact") rewrites memory.
+    if payload.get("kind") != "compact":
+        return
+    memory = payload.get("memory") or {}
+    state.items = [dict(i) for i in memory.get("items") or []]
+    state.summary = memory.get("summary")
+    state.last_compact = payload.get("result")
+    state.breaker = {"consecutive_failures": 0, "open": False}
+
+
+def _restore(state: SessionState, payload: dict[str, Any]) -> None:
+    baseline = payload.get("state") or {}
+    memory = baseline.get("memory") or {}
+    state.items = [dict(i) for i in memory.get("items") or []]
+    state.summary = memory.get("summary")
+    state.max_items = baseline.get("max_items")
+
+
+def _change_window(state: SessionState, payload: dict[str, Any]) -> None:
+    state.max_items = payload.get("max_items")
+
+
+def _add_usage(state: SessionState, payload: dict[str, Any]) -> None:
+    usage = payload.get("usage") or {}
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int):
+            state.usage[key] = state.usage.get(key, 0) + value
+
+
+APPLY: dict[str, Apply] = {
+    EventType.USER_INPUT: _append_item,
+    EventType.MEMORY_ITEMS_APPENDED: _append_items,
+    EventType.TOOL_RESULT: _append_item,
+    EventType.TOOL_OUTPUT_REPLACED: _replace_tool_output,
+    EventType.MEMORY_COMPRESS: _compress,
+    EventType.SESSION_RESTORED: _restore,
+    EventType.WINDOW_CHANGED: _change_window,
+    EventType.MODEL_RESPONSE: _add_usage,
+}
+
+# Event types that can change `memory` after window eviction runs.
+_WINDOWED = frozenset(
+    {
+        EventType.USER_INPUT,
+        EventType.MEMORY_ITEMS_APPENDED,
+        EventType.TOOL_RESULT,
+        EventType.SESSION_RESTORED,
+        EventType.WINDOW_CHANGED,
+    }
+)
+
+
+def evict_to_window(items: list[dict[str, Any]], max_items: int | None) -> list[dict[str, Any]]:
+    """FIFO eviction of whole interactions until at most `max_items` remain.
+
+    An interaction is a user message and everything up to the next user message, so no
+    assistant reply or tool output outlives the input that caused it. The newest interaction
+    is never split: a window smaller than it keeps that interaction whole.
+    """
+    if max_items is None or len(items) <= max_items:
+        return items
+    starts = [i for i, item in enumerate(items) if _is_user_message(item)]
+    # Candidate cut points: the start of each interaction after the first item.
+    for start in starts:
+        if start > 0 and len(items) - start <= max_items:
+            return items[start:]
+    newest = starts[-1] if starts else 0
+    return items[newest:]
+
+
+def _is_user_message(item: dict[str, Any]) -> bool:
+    return item.get("type") == "message" and item.get("role") == "user"
+
+
+def apply_event(state: SessionState, event: Event) -> None:
+    """Fold one event into `state` in place (callers own the state they pass)."""
+    if event.seq <= state.seq:
+        return  # already folded: a snapshot at or past this event covers it
+    handler = APPLY.get(event.type)
+    if handler is not None:
+        handler(state, event.payload)
+        if event.type in _WINDOWED and state.max_items is not None:
+            state.items = evict_to_window(state.items, state.max_items)
+    state.seq = event.seq
+
+
+def fold(state: SessionState | None, events: Iterable[Event]) -> SessionState:
+    """Return the state after `events`, starting from a copy of `state` (or empty)."""
+    current = state.copy() if state is not None else SessionState()
+    for event in events:
+        apply_event(current, event)
+    return current

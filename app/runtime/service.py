@@ -1,0 +1,378 @@
+"""`SessionRuntime`: the verbs of the service, and the only caller of the store.
+
+State is never stored as such: it is the fold of the ledger, loaded as the newest snapshot
+plus the events after it, and kept in a small in-process cache keyed by the session's
+identity (tenant, id, created_at) so that a session deleted and re-created under the same id
+can never be served from a stale entry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.runtime.errors import (
+    BindingMismatch,
+    InvalidForkPoint,
+    InvalidItems,
+    SeqConflict,
+    SessionNotFound,
+    VersionConflict,
+)
+from app.runtime.events import Event, EventType, NewEvent
+from app.runtime.memory import normalize_items
+from app.runtime.metadata import check_metadata_size
+from app.runtime.ports import AppendResult, NewSession, SessionRecord, SessionStore
+from app.runtime.projector import apply_event, fold
+from app.runtime.state import SessionState, validate_recovery_object
+
+_CACHE_MAX = 1024
+_RETRIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_items_per_request: int = 256
+    max_inline_bytes: int = 262_144
+    max_metadata_bytes: int = 16_384
+    snapshot_every: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A session row and the fold of its ledger at the row's last seq."""
+
+    session: SessionRecord
+    state: SessionState
+
+
+class SessionRuntime:
+    def __init__(self, store: SessionStore, *, limits: Limits | None = None) -> None:
+        self.store = store
+        self.limits = limits or Limits()
+        self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
+
+    # ------------------------------------------------------------------ reading
+
+    async def get(self, tenant_id: str, session_id: str) -> SessionRecord:
+        record = await self.store.get_session(tenant_id, session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        return record
+
+    async def load(self, tenant_id: str, session_id: str) -> Loaded:
+        """The session and its current state: cache or snapshot, plus the tail of events."""
+        record = await self.get(tenant_id, session_id)
+        key = (tenant_id, session_id, record.created_at)
+        base = self._cache.get(key)
+        if base is None or base.seq > record.last_seq:
+            snap = await self.store.get_snapshot(tenant_id, session_id, at_or_below=record.last_seq)
+            base = SessionState.from_json(snap.state) if snap is not None else None
+        after = base.seq if base is not None else 0
+        tail: list[Event] = []
+        if after < record.last_seq:
+            tail = await self.store.list_events(
+                tenant_id, session_id, after_seq=after, until_seq=record.last_seq
+            )
+        state = fold(base, tail)
+        if state.seq != record.last_seq:
+            raise RuntimeError(
+                f"ledger of {session_id} ends at {state.seq}, row says {record.last_seq}"
+            )
+        if len(tail) >= self.limits.snapshot_every:
+            # Long tails are folded once and kept: resume stays O(events since snapshot).
+            await self.store.save_snapshot(
+                tenant_id, session_id, seq=state.seq, kind="auto", state=state.to_json()
+            )
+        self._remember(key, state)
+        return Loaded(session=record, state=state.copy())
+
+    async def state_at(self, tenant_id: str, session_id: str, seq: int) -> SessionState:
+        """The fold of the ledger up to `seq` (newest snapshot at or below it, plus events)."""
+        snap = await self.store.get_snapshot(tenant_id, session_id, at_or_below=seq)
+        base = SessionState.from_json(snap.state) if snap is not None else None
+        after = base.seq if base is not None else 0
+        events = await self.store.list_events(tenant_id, session_id, after_seq=after, until_seq=seq)
+        return fold(base, events)
+
+    async def list_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        await self.get(tenant_id, session_id)
+        return await self.store.list_events(
+            tenant_id, session_id, after_seq=after_seq, types=types, run_id=run_id, limit=limit
+        )
+
+    async def projection(self, tenant_id: str, session_id: str) -> tuple[Loaded, SessionState]:
+        """(live state, fold of the whole ledger from seq 1 to the same seq)."""
+        loaded = await self.load(tenant_id, session_id)
+        events = await self.store.list_events(tenant_id, session_id, until_seq=loaded.state.seq)
+        return loaded, fold(None, events)
+
+    async def history(
+        self, tenant_id: str, session_id: str, *, after_seq: int = 0, limit: int = 500
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """Every item ever added to memory, rebuilt from the ledger, one page at a time.
+
+        Returns (items each with the `seq` that added it, next after_seq or None at the end).
+        """
+        await self.get(tenant_id, session_id)
+        types = [EventType.USER_INPUT, EventType.MEMORY_ITEMS_APPENDED, EventType.TOOL_RESULT]
+        events = await self.store.list_events(
+            tenant_id, session_id, after_seq=after_seq, types=types, limit=limit
+        )
+        items: list[dict[str, Any]] = []
+        for event in events:
+            added = event.payload.get("items") or [event.payload.get("item")]
+            items.extend({"seq": event.seq, "item": i} for i in added if i is not None)
+        next_after = events[-1].seq if len(events) == limit else None
+        return items, next_after
+
+    # ------------------------------------------------------------------ writing
+
+    async def create(
+        self,
+        tenant_id: str,
+        *,
+        session_id: str | None,
+        metadata: dict[str, Any],
+        agent: dict[str, Any],
+        binding: dict[str, Any],
+        max_items: int | None = None,
+    ) -> Loaded:
+        check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
+        new = NewSession(
+            session_id=session_id or str(uuid.uuid4()),
+            metadata=metadata,
+            agent=agent,
+            binding=binding,
+        )
+        events = [
+            NewEvent(
+                EventType.SESSION_CREATED,
+                {"metadata": metadata, "agent": agent, "binding": binding},
+            )
+        ]
+        if max_items is not None:
+            events.append(NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items}))
+        result = await self.store.create_session(tenant_id, session=new, events=events)
+        return self._after_write(result, fold(None, result.events))
+
+    async def delete(self, tenant_id: str, session_id: str) -> None:
+        if not await self.store.delete_session(tenant_id, session_id):
+            raise SessionNotFound(session_id)
+        for key in [k for k in self._cache if k[0] == tenant_id and k[1] == session_id]:
+            del self._cache[key]
+
+    async def update_metadata(
+        self, tenant_id: str, session_id: str, patch: dict[str, Any]
+    ) -> SessionRecord:
+        check_metadata_size(patch, limit=self.limits.max_metadata_bytes)
+        result = await self.store.append_events(
+            tenant_id,
+            session_id,
+            events=[NewEvent(EventType.METADATA_UPDATED, {"patch": patch})],
+            metadata_patch=patch,
+        )
+        return result.session
+
+    async def append_items(
+        self,
+        tenant_id: str,
+        session_id: str,
+        items: list[Any],
+        *,
+        expected_seq: int | None = None,
+    ) -> AppendResult:
+        """Add memory items without running a model (one MEMORY_ITEMS_APPENDED event)."""
+        if not items:
+            raise InvalidItems("items must not be empty")
+        if len(items) > self.limits.max_items_per_request:
+            raise InvalidItems(f"at most {self.limits.max_items_per_request} items per request")
+        clean = normalize_items(items, max_inline_bytes=self.limits.max_inline_bytes)
+        return await self.store.append_events(
+            tenant_id,
+            session_id,
+            events=[NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": clean})],
+            expected_seq=expected_seq,
+        )
+
+    async def save(self, tenant_id: str, session_id: str, *, if_match: int | None = None) -> Loaded:
+        """Write a `save` snapshot row and SESSION_SAVED (412 semantics via `if_match`)."""
+
+        def events(loaded: Loaded) -> list[NewEvent]:
+            return [
+                NewEvent(EventType.SESSION_SAVED, {"snapshot_seq": loaded.session.last_seq + 1})
+            ]
+
+        return await self._append_with_snapshot(
+            tenant_id, session_id, "save", events, if_match=if_match
+        )
+
+    async def restore(
+        self,
+        tenant_id: str,
+        session_id: str,
+        recovery: dict[str, Any],
+        *,
+        if_match: int | None = None,
+    ) -> Loaded:
+        """Install a recovery object (from GET state) as the memory baseline."""
+        clean = validate_recovery_object(recovery, max_inline_bytes=self.limits.max_inline_bytes)
+
+        def events(_: Loaded) -> list[NewEvent]:
+            return [NewEvent(EventType.SESSION_RESTORED, {"state": clean})]
+
+        return await self._append_with_snapshot(
+            tenant_id, session_id, "restore", events, if_match=if_match
+        )
+
+    async def resume(
+        self, tenant_id: str, session_id: str, *, binding: dict[str, Any] | None = None
+    ) -> Loaded:
+        """Load snapshot + tail, check the binding, and record SESSION_RESUMED."""
+        for _ in range(_RETRIES):
+            loaded = await self.load(tenant_id, session_id)
+            if binding is not None and binding != loaded.session.binding:
+                raise BindingMismatch(
+                    "the session is bound elsewhere", stored_binding=loaded.session.binding
+                )
+            payload = {"resumed_at_seq": loaded.session.last_seq, "binding": loaded.session.binding}
+            try:
+                result = await self.store.append_events(
+                    tenant_id,
+                    session_id,
+                    events=[NewEvent(EventType.SESSION_RESUMED, payload)],
+                    expected_seq=loaded.session.last_seq,
+                )
+            except SeqConflict:
+                continue
+            return self._after_write(result, fold(loaded.state, result.events))
+        raise SeqConflict(-1, -1)
+
+    async def fork(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        at_seq: int | None = None,
+        new_session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        binding: dict[str, Any] | None = None,
+    ) -> Loaded:
+        """A new session whose state is the source's fold at `at_seq`; the source is untouched."""
+        source = await self.get(tenant_id, session_id)
+        at = source.last_seq if at_seq is None else at_seq
+        if not 1 <= at <= source.last_seq:
+            raise InvalidForkPoint(
+                f"at_seq must be between 1 and {source.last_seq}", last_seq=source.last_seq
+            )
+        if metadata is not None:
+            check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
+        base = await self.state_at(tenant_id, session_id, at)
+        child_id = new_session_id or str(uuid.uuid4())
+        forked = NewEvent(
+            EventType.SESSION_FORKED,
+            {
+                "parent_session_id": session_id,
+                "forked_from_seq": at,
+                "root_session_id": source.root_session_id,
+            },
+        )
+        child_state = _fold_new(base, [forked], session_id=child_id)
+        result = await self.store.fork_session(
+            tenant_id,
+            session_id,
+            at_seq=at,
+            session=NewSession(
+                session_id=child_id,
+                metadata=source.metadata if metadata is None else metadata,
+                agent=source.agent,
+                binding=source.binding if binding is None else binding,
+            ),
+            events=[forked],
+            snapshot_state=child_state.to_json(),
+        )
+        return self._after_write(result, child_state)
+
+    # ----------------------------------------------------------------- plumbing
+
+    async def _append_with_snapshot(
+        self,
+        tenant_id: str,
+        session_id: str,
+        kind: str,
+        make_events: Any,
+        *,
+        if_match: int | None,
+    ) -> Loaded:
+        """Append events and a snapshot of the resulting fold, in one transaction.
+
+        The fold is computed from the state at the session's last seq, so the append is
+        conditional on that seq (retried a few times when another writer got in between).
+        """
+        for _ in range(_RETRIES):
+            loaded = await self.load(tenant_id, session_id)
+            if if_match is not None and loaded.session.version != if_match:
+                raise VersionConflict(if_match, loaded.session.version)
+            events = make_events(loaded)
+            after = _fold_new(loaded.state, events, session_id=session_id)
+            try:
+                result = await self.store.append_events(
+                    tenant_id,
+                    session_id,
+                    events=events,
+                    expected_seq=loaded.session.last_seq,
+                    expected_version=if_match,
+                    snapshot=(kind, after.to_json()),
+                )
+            except SeqConflict:
+                if if_match is not None:
+                    raise
+                continue
+            return self._after_write(result, after)
+        raise SeqConflict(-1, -1)
+
+    def _after_write(self, result: AppendResult, state: SessionState) -> Loaded:
+        record = result.session
+        self._remember((record.tenant_id, record.session_id, record.created_at), state)
+        return Loaded(session=record, state=state.copy())
+
+    def _remember(self, key: tuple[str, str, datetime], state: SessionState) -> None:
+        current = self._cache.get(key)
+        if current is not None and current.seq > state.seq:
+            return
+        self._cache[key] = state.copy()
+        self._cache.move_to_end(key)
+        while len(self._cache) > _CACHE_MAX:
+            self._cache.popitem(last=False)
+
+
+def _fold_new(state: SessionState, events: list[NewEvent], *, session_id: str) -> SessionState:
+    """The fold of events not yet written, numbered after `state.seq` as the store will."""
+    out = state.copy()
+    for i, new in enumerate(events, start=state.seq + 1):
+        apply_event(
+            out,
+            Event(
+                event_id="",
+                session_id=session_id,
+                seq=i,
+                type=str(new.type),
+                payload=new.payload,
+                created_at=datetime.min,
+                run_id=new.run_id,
+                turn_id=new.turn_id,
+            ),
+        )
+    return out

@@ -1,0 +1,104 @@
+"""`SessionState`: the fold of a session's ledger at one seq, and its JSON form.
+
+A snapshot row stores `SessionState.to_json()`; `from_json` accepts older snapshots that lack
+newer fields (they take their defaults), so adding a field never breaks resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.runtime.errors import InvalidState
+from app.runtime.memory import estimate_tokens, normalize_items
+
+STATE_FORMAT = 1
+
+
+def _zero_usage() -> dict[str, int]:
+    return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+
+
+def _closed_breaker() -> dict[str, Any]:
+    return {"consecutive_failures": 0, "open": False}
+
+
+@dataclass
+class SessionState:
+    """Memory (items + summary) and the bookkeeping that travels with it, at `seq`."""
+
+    seq: int = 0
+    items: list[dict[str, Any]] = field(default_factory=list)
+    summary: str | None = None
+    max_items: int | None = None
+    usage: dict[str, int] = field(default_factory=_zero_usage)
+    last_compact: dict[str, Any] | None = None
+    breaker: dict[str, Any] = field(default_factory=_closed_breaker)
+
+    def memory_json(self) -> dict[str, Any]:
+        """Memory alone: what "projection equals live memory" compares."""
+        return {"items": self.items, "summary": self.summary}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "seq": self.seq,
+            "memory": self.memory_json(),
+            "max_items": self.max_items,
+            "usage": self.usage,
+            "last_compact": self.last_compact,
+            "breaker": self.breaker,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SessionState:
+        memory = data.get("memory") or {}
+        return cls(
+            seq=int(data.get("seq", 0)),
+            items=copy.deepcopy(list(memory.get("items") or [])),
+            summary=memory.get("summary"),
+            max_items=data.get("max_items"),
+            usage={**_zero_usage(), **(data.get("usage") or {})},
+            last_compact=copy.deepcopy(data.get("last_compact")),
+            breaker={**_closed_breaker(), **(data.get("breaker") or {})},
+        )
+
+    def copy(self) -> SessionState:
+        return SessionState.from_json(self.to_json())
+
+    def estimated_tokens(self) -> int:
+        return estimate_tokens(self.items, self.summary)
+
+
+def state_hash(state_json: dict[str, Any]) -> str:
+    """Content hash stored beside a snapshot and checked on load (a torn row never resumes)."""
+    blob = json.dumps(state_json, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def validate_recovery_object(data: dict[str, Any], *, max_inline_bytes: int) -> dict[str, Any]:
+    """Check a client-supplied recovery object (the body of restore) and canonicalise it.
+
+    Raises:
+        InvalidState: the object is not a recovery object this service can install.
+    """
+    memory = data.get("memory")
+    if not isinstance(memory, dict):
+        raise InvalidState("state.memory must be an object with items and summary")
+    items = memory.get("items", [])
+    if not isinstance(items, list):
+        raise InvalidState("state.memory.items must be a list")
+    summary = memory.get("summary")
+    if summary is not None and not isinstance(summary, str):
+        raise InvalidState("state.memory.summary must be a string or null")
+    max_items = data.get("max_items")
+    if max_items is not None and (not isinstance(max_items, int) or max_items < 1):
+        raise InvalidState("state.max_items must be a positive integer or null")
+    try:
+        clean = normalize_items(items, max_inline_bytes=max_inline_bytes)
+    except Exception as exc:
+        raise InvalidState(str(exc)) from exc
+    return {"memory": {"items": clean, "summary": summary}, "max_items": max_items}

@@ -1,0 +1,100 @@
+"""Transactions and row conversion shared by the store's parts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.runtime.events import Event
+from app.runtime.ports import SessionRecord
+from app.store.engine import WRITE_OPTION
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands datetimes back naive; everything the store writes is UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class StoreBase:
+    """Owns the engine and opens read and write transactions on it."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.is_postgres = engine.dialect.name == "postgresql"
+        # SQLite has one writer at a time anyway; queueing writers here, in order, beats
+        # having them spin in SQLite's busy handler with its growing sleeps.
+        self._write_lock = None if self.is_postgres else asyncio.Lock()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """One write transaction: committed on exit, rolled back on error."""
+        if self._write_lock is not None:
+            async with self._write_lock, self._begin(write=True) as conn:
+                yield conn
+        else:
+            async with self._begin(write=True) as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """One read transaction (a consistent snapshot on PostgreSQL and in SQLite WAL)."""
+        async with self._begin(write=False) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _begin(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            if write:
+                await conn.execution_options(**{WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
+
+    def insert(self, table: Any) -> Any:
+        """The dialect's INSERT, which knows ON CONFLICT DO NOTHING on both databases."""
+        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+
+def session_from_row(row: Row[Any]) -> SessionRecord:
+    m = row._mapping
+    return SessionRecord(
+        tenant_id=m["tenant_id"],
+        session_id=m["session_id"],
+        root_session_id=m["root_session_id"],
+        parent_session_id=m["parent_session_id"],
+        forked_from_seq=m["forked_from_seq"],
+        status=m["status"],
+        metadata=m["metadata"] or {},
+        agent=m["agent"] or {},
+        binding=m["binding"] or {},
+        last_seq=m["last_seq"],
+        version=m["version"],
+        active_run_id=m["active_run_id"],
+        created_at=as_utc(m["created_at"]),
+        updated_at=as_utc(m["updated_at"]),
+    )
+
+
+def event_from_row(row: Row[Any]) -> Event:
+    m = row._mapping
+    return Event(
+        event_id=m["event_id"],
+        session_id=m["session_id"],
+        seq=m["seq"],
+        type=m["type"],
+        payload=m["payload"],
+        created_at=as_utc(m["created_at"]),
+        run_id=m["run_id"],
+        turn_id=m["turn_id"],
+        position=m["position"],
+    )

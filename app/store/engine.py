@@ -1,0 +1,58 @@
+"""The async engine: one place for driver quirks (SQLite pragmas and BEGIN modes)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.settings import Settings
+
+# Execution option that marks a connection's next transaction as a write.
+WRITE_OPTION = "asr_write"
+
+
+def make_engine(settings: Settings) -> AsyncEngine:
+    """Build the engine for `settings.database_url`.
+
+    On SQLite, transactions are begun by us rather than by the driver: writes use
+    `BEGIN IMMEDIATE`, because a deferred transaction that later upgrades to a write fails
+    at once with "database is locked" and ignores busy_timeout; reads use a plain `BEGIN`.
+    """
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite":
+        engine = create_async_engine(url, pool_size=settings.db_pool_size, max_overflow=0)
+        _install_sqlite_hooks(engine)
+        return engine
+    return create_async_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_pre_ping=True,
+    )
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+        dbapi_connection.create_function("asr_uuid4", 0, lambda: str(uuid.uuid4()))
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def redacted_url(url: str | URL) -> str:
+    """The URL with its password hidden, for logs and error messages."""
+    return make_url(url).render_as_string(hide_password=True)

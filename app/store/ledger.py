@@ -1,0 +1,578 @@
+"""Sessions, their event ledger and their snapshots.
+
+The one rule everything here keeps: a session's `seq` is assigned in the same transaction
+that inserts the events, after locking the session row with the UPDATE that bumps
+`last_seq`. Concurrent writers on one session therefore queue on that row lock (PostgreSQL)
+or on the single writer (SQLite, BEGIN IMMEDIATE), and seqs come out 1..N with no gap and no
+duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Text,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.runtime.errors import (
+    InvalidForkPoint,
+    SeqConflict,
+    SessionAlreadyExists,
+    SessionNotFound,
+    VersionConflict,
+)
+from app.runtime.events import Event, NewEvent
+from app.runtime.metadata import check_metadata_size, merge_patch
+from app.runtime.ports import AppendResult, NewSession, SessionRecord, SnapshotRecord
+from app.runtime.state import state_hash
+from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
+from app.store.tables import counters, session_events, session_snapshots, sessions
+
+_POSITION_COUNTER = "event_position"
+
+
+class LedgerStore(StoreBase):
+    """Tenant-scoped reads and writes of sessions, events and snapshots."""
+
+    max_metadata_bytes: int = 16_384
+
+    # ----------------------------------------------------------------- sessions
+
+    async def create_session(
+        self,
+        tenant_id: str,
+        *,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+    ) -> AppendResult:
+        """Insert a session row and its first events in one transaction.
+
+        Raises:
+            SessionAlreadyExists: the tenant already has a session with this id.
+        """
+        now = utcnow()
+        async with self.write() as conn:
+            row = await self._insert_session_row(conn, tenant_id, session, len(events), now)
+            if row is None:
+                raise SessionAlreadyExists(session.session_id)
+            record, xact_id = row
+            written = await self._insert_events(conn, record, events, first_seq=1, xact_id=xact_id)
+            if snapshot is not None:
+                await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], now)
+        return AppendResult(session=record, events=written)
+
+    async def _insert_session_row(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session: NewSession,
+        last_seq: int,
+        now: datetime,
+    ) -> tuple[SessionRecord, int | None] | None:
+        # ON CONFLICT DO NOTHING rather than catching a unique violation: on PostgreSQL the
+        # violation would abort the whole transaction, and there is nothing to recover here.
+        stmt = (
+            self.insert(sessions)
+            .values(
+                tenant_id=tenant_id,
+                session_id=session.session_id,
+                root_session_id=session.root_session_id or session.session_id,
+                parent_session_id=session.parent_session_id,
+                forked_from_seq=session.forked_from_seq,
+                status="idle",
+                metadata=session.metadata,
+                agent=session.agent,
+                binding=session.binding,
+                last_seq=last_seq,
+                version=1,
+                active_run_id=None,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["tenant_id", "session_id"])
+            .returning(*sessions.c, self._xact_id_column())
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return session_from_row(row), row._mapping["xact_id"]
+
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
+        """The session row, or None (also when it belongs to another tenant)."""
+        async with self.read() as conn:
+            row = (
+                await conn.execute(
+                    select(sessions).where(
+                        sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                    )
+                )
+            ).first()
+        return session_from_row(row) if row is not None else None
+
+    async def list_sessions(
+        self,
+        tenant_id: str,
+        *,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        status: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> list[SessionRecord]:
+        """Newest first, keyset-paginated on (created_at, session_id)."""
+        stmt = select(sessions).where(sessions.c.tenant_id == tenant_id)
+        if after is not None:
+            stmt = stmt.where(tuple_(sessions.c.created_at, sessions.c.session_id) < tuple_(*after))
+        if status is not None:
+            stmt = stmt.where(sessions.c.status == status)
+        for key, value in (metadata or {}).items():
+            stmt = stmt.where(sessions.c.metadata[key].as_string() == value)
+        stmt = stmt.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc())
+        async with self.read() as conn:
+            rows = (await conn.execute(stmt.limit(limit))).all()
+        return [session_from_row(r) for r in rows]
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> bool:
+        """Erase the session, its events and its snapshots. False if there was none."""
+        key = (tenant_id, session_id)
+        async with self.write() as conn:
+            for table in (session_events, session_snapshots):
+                await conn.execute(
+                    delete(table).where(table.c.tenant_id == key[0], table.c.session_id == key[1])
+                )
+            result = await conn.execute(
+                delete(sessions).where(
+                    sessions.c.tenant_id == key[0], sessions.c.session_id == key[1]
+                )
+            )
+        return result.rowcount > 0
+
+    # ------------------------------------------------------------------- events
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+    ) -> AppendResult:
+        """Append `events` atomically and return them with their seqs.
+
+        Args:
+            expected_seq: if given, the append happens only when the session's last seq is
+                exactly this (optimistic concurrency); otherwise nothing is written.
+            expected_version: likewise for the session version (If-Match).
+            metadata_patch: an RFC 7386 merge patch applied to the metadata under the lock.
+            snapshot: (kind, state JSON) of the fold at the new last seq, written in the same
+                transaction; needs `expected_seq`, since only then is that fold known.
+
+        Raises:
+            SessionNotFound, SeqConflict, VersionConflict.
+        """
+        if snapshot is not None and expected_seq is None:
+            raise ValueError("a snapshot in an append needs expected_seq")
+        n = len(events)
+        async with self.write() as conn:
+            record, xact_id = await self._reserve(
+                conn, tenant_id, session_id, n, expected_seq, expected_version
+            )
+            if metadata_patch is not None:
+                record = await self._patch_metadata(conn, record, metadata_patch)
+            written = await self._insert_events(
+                conn, record, events, first_seq=record.last_seq - n + 1, xact_id=xact_id
+            )
+            if snapshot is not None:
+                await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
+        return AppendResult(session=record, events=written)
+
+    async def _reserve(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        n: int,
+        expected_seq: int | None,
+        expected_version: int | None,
+    ) -> tuple[SessionRecord, int | None]:
+        # This UPDATE takes the session row lock and reserves last_seq-n+1 .. last_seq in one
+        # round trip; the events inserted after it in this transaction use exactly that range.
+        stmt = update(sessions).where(
+            sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+        )
+        if expected_seq is not None:
+            stmt = stmt.where(sessions.c.last_seq == expected_seq)
+        if expected_version is not None:
+            stmt = stmt.where(sessions.c.version == expected_version)
+        stmt = stmt.values(
+            last_seq=sessions.c.last_seq + n,
+            version=sessions.c.version + 1,
+            updated_at=utcnow(),
+        ).returning(*sessions.c, self._xact_id_column())
+        row = (await conn.execute(stmt)).first()
+        if row is not None:
+            return session_from_row(row), row._mapping["xact_id"]
+        current = (
+            await conn.execute(
+                select(sessions.c.last_seq, sessions.c.version).where(
+                    sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                )
+            )
+        ).first()
+        if current is None:
+            raise SessionNotFound(session_id)
+        if expected_version is not None and current.version != expected_version:
+            raise VersionConflict(expected_version, current.version)
+        raise SeqConflict(expected_seq or 0, current.last_seq)
+
+    async def _patch_metadata(
+        self, conn: AsyncConnection, record: SessionRecord, patch: dict[str, Any]
+    ) -> SessionRecord:
+        merged = merge_patch(record.metadata, patch)
+        check_metadata_size(merged, limit=self.max_metadata_bytes)
+        await conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.tenant_id == record.tenant_id,
+                sessions.c.session_id == record.session_id,
+            )
+            .values(metadata=merged)
+        )
+        return replace(record, metadata=merged)
+
+    async def _insert_events(
+        self,
+        conn: AsyncConnection,
+        session: SessionRecord,
+        events: list[NewEvent],
+        *,
+        first_seq: int,
+        xact_id: int | None,
+    ) -> list[Event]:
+        if not events:
+            return []
+        now = utcnow()
+        rows = [
+            {
+                "tenant_id": session.tenant_id,
+                "session_id": session.session_id,
+                "seq": first_seq + i,
+                "event_id": str(uuid.uuid4()),
+                "xact_id": xact_id,
+                "type": str(e.type),
+                "run_id": e.run_id,
+                "turn_id": e.turn_id,
+                "payload": e.payload,
+                "created_at": now,
+            }
+            for i, e in enumerate(events)
+        ]
+        if not self.is_postgres:
+            top = await self._reserve_positions(conn, len(rows))
+            for i, r in enumerate(rows):
+                r["position"] = top - len(rows) + 1 + i
+        stmt = session_events.insert().returning(
+            session_events.c.position, sort_by_parameter_order=True
+        )
+        positions = (await conn.execute(stmt, rows)).scalars().all()
+        return [
+            Event(
+                event_id=r["event_id"],
+                session_id=r["session_id"],
+                seq=r["seq"],
+                type=r["type"],
+                payload=r["payload"],
+                created_at=now,
+                run_id=r["run_id"],
+                turn_id=r["turn_id"],
+                position=p,
+            )
+            for r, p in zip(rows, positions, strict=True)
+        ]
+
+    async def _reserve_positions(self, conn: AsyncConnection, n: int) -> int:
+        """SQLite only: reserve `n` global positions and return the highest."""
+        stmt = (
+            self.insert(counters)
+            .values(name=_POSITION_COUNTER, value=n)
+            .on_conflict_do_update(index_elements=["name"], set_={"value": counters.c.value + n})
+            .returning(counters.c.value)
+        )
+        return int((await conn.execute(stmt)).scalar_one())
+
+    def _xact_id_column(self) -> Any:
+        if self.is_postgres:
+            return literal_column("pg_current_xact_id()::text::bigint").label("xact_id")
+        return literal(None, BigInteger).label("xact_id")
+
+    async def list_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Events in seq order; filters combine with AND."""
+        stmt = select(session_events).where(
+            session_events.c.tenant_id == tenant_id,
+            session_events.c.session_id == session_id,
+            session_events.c.seq > after_seq,
+        )
+        if until_seq is not None:
+            stmt = stmt.where(session_events.c.seq <= until_seq)
+        if types:
+            stmt = stmt.where(session_events.c.type.in_(types))
+        if run_id is not None:
+            stmt = stmt.where(session_events.c.run_id == run_id)
+        stmt = stmt.order_by(session_events.c.seq)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [event_from_row(r) for r in rows]
+
+    # -------------------------------------------------------------------- forks
+
+    async def fork_session(
+        self,
+        tenant_id: str,
+        source_session_id: str,
+        *,
+        at_seq: int,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot_state: dict[str, Any],
+    ) -> AppendResult:
+        """Create `session` whose ledger starts as a copy of the source's events 1..at_seq.
+
+        The copy is one server-side INSERT ... SELECT (no rows travel to Python), the child's
+        own `events` follow at at_seq+1.., and a `fork` snapshot of the child's state at its
+        last seq is written in the same transaction. The source is only read.
+
+        Raises:
+            SessionNotFound, InvalidForkPoint, SessionAlreadyExists.
+        """
+        now = utcnow()
+        async with self.write() as conn:
+            source = (
+                await conn.execute(
+                    select(sessions.c.last_seq, sessions.c.root_session_id).where(
+                        sessions.c.tenant_id == tenant_id,
+                        sessions.c.session_id == source_session_id,
+                    )
+                )
+            ).first()
+            if source is None:
+                raise SessionNotFound(source_session_id)
+            if not 0 <= at_seq <= source.last_seq:
+                raise InvalidForkPoint(
+                    f"at_seq must be between 0 and {source.last_seq}",
+                    last_seq=source.last_seq,
+                )
+            child = NewSession(
+                session_id=session.session_id,
+                metadata=session.metadata,
+                agent=session.agent,
+                binding=session.binding,
+                root_session_id=source.root_session_id,
+                parent_session_id=source_session_id,
+                forked_from_seq=at_seq,
+            )
+            inserted = await self._insert_session_row(
+                conn, tenant_id, child, at_seq + len(events), now
+            )
+            if inserted is None:
+                raise SessionAlreadyExists(session.session_id)
+            record, xact_id = inserted
+            await self._copy_events(conn, tenant_id, source_session_id, record, at_seq, xact_id)
+            written = await self._insert_events(
+                conn, record, events, first_seq=at_seq + 1, xact_id=xact_id
+            )
+            await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+        return AppendResult(session=record, events=written)
+
+    async def _copy_events(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        source_id: str,
+        child: SessionRecord,
+        at_seq: int,
+        xact_id: int | None,
+    ) -> None:
+        if at_seq == 0:
+            return
+        src = session_events.c
+        columns = [
+            "tenant_id",
+            "session_id",
+            "seq",
+            "event_id",
+            "xact_id",
+            "type",
+            "run_id",
+            "turn_id",
+            "payload",
+            "created_at",
+        ]
+        if self.is_postgres:
+            new_id: Any = func.gen_random_uuid().cast(Text)
+        else:
+            new_id = func.asr_uuid4()
+        selected = [
+            src.tenant_id,
+            literal(child.session_id),
+            src.seq,
+            new_id,
+            literal(xact_id, BigInteger),
+            src.type,
+            src.run_id,
+            src.turn_id,
+            src.payload,
+            src.created_at,
+        ]
+        if not self.is_postgres:
+            # Events 1..at_seq get positions base+1 .. base+at_seq, in seq order.
+            base = await self._reserve_positions(conn, at_seq) - at_seq
+            columns.append("position")
+            selected.append(literal(base, BigInteger) + src.seq)
+        query = (
+            select(*selected)
+            .where(
+                src.tenant_id == tenant_id,
+                src.session_id == source_id,
+                src.seq <= at_seq,
+            )
+            .order_by(src.seq)
+        )
+        await conn.execute(session_events.insert().from_select(columns, query))
+
+    # ---------------------------------------------------------------- snapshots
+
+    async def _insert_snapshot(
+        self,
+        conn: AsyncConnection,
+        session: SessionRecord,
+        kind: str,
+        state: dict[str, Any],
+        now: datetime,
+    ) -> None:
+        if state.get("seq") != session.last_seq:
+            raise ValueError("a snapshot must be the fold at the session's last seq")
+        await conn.execute(
+            session_snapshots.insert().values(
+                tenant_id=session.tenant_id,
+                session_id=session.session_id,
+                seq=session.last_seq,
+                kind=kind,
+                state=state,
+                state_hash=state_hash(state),
+                created_at=now,
+            )
+        )
+
+    async def save_snapshot(
+        self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]
+    ) -> bool:
+        """Write a snapshot of already-committed events; False if one exists at that seq.
+
+        Used for automatic snapshots, which are computed from committed rows and so can never
+        claim a seq whose events are not committed.
+        """
+        if state.get("seq") != seq:
+            raise ValueError("snapshot state seq differs from its row seq")
+        async with self.write() as conn:
+            exists = (
+                await conn.execute(
+                    select(sessions.c.last_seq).where(
+                        sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                    )
+                )
+            ).first()
+            if exists is None or exists.last_seq < seq:
+                return False
+            result = await conn.execute(
+                self.insert(session_snapshots)
+                .values(
+                    tenant_id=tenant_id,
+                    session_id=session_id,
+                    seq=seq,
+                    kind=kind,
+                    state=state,
+                    state_hash=state_hash(state),
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing()
+            )
+        return result.rowcount > 0
+
+    async def get_snapshot(
+        self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
+    ) -> SnapshotRecord | None:
+        """The newest intact snapshot at or below `at_or_below` (default: any).
+
+        A row whose content hash does not match is skipped, so a torn or tampered snapshot
+        falls back to an older one (or to a full fold) instead of resuming wrong state.
+        """
+        snap = session_snapshots.c
+        stmt = select(session_snapshots).where(
+            snap.tenant_id == tenant_id, snap.session_id == session_id
+        )
+        if at_or_below is not None:
+            stmt = stmt.where(snap.seq <= at_or_below)
+        stmt = stmt.order_by(snap.seq.desc()).limit(8)
+        async with self.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        for row in rows:
+            m = row._mapping
+            if state_hash(m["state"]) == m["state_hash"]:
+                return SnapshotRecord(
+                    session_id=session_id,
+                    seq=m["seq"],
+                    kind=m["kind"],
+                    state=m["state"],
+                    created_at=as_utc(m["created_at"]),
+                )
+        return None
+
+    async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
+        """Every snapshot of a session, oldest first (state included)."""
+        snap = session_snapshots.c
+        async with self.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(session_snapshots)
+                    .where(snap.tenant_id == tenant_id, snap.session_id == session_id)
+                    .order_by(snap.seq)
+                )
+            ).all()
+        return [
+            SnapshotRecord(
+                session_id=session_id,
+                seq=r._mapping["seq"],
+                kind=r._mapping["kind"],
+                state=r._mapping["state"],
+                created_at=as_utc(r._mapping["created_at"]),
+            )
+            for r in rows
+        ]

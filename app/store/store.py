@@ -1,0 +1,34 @@
+"""`AgentSessionStore`: the runtime's `SessionStore` on SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.accounts import AccountStore
+from app.store.idempotency import IdempotencyStore
+from app.store.ledger import LedgerStore
+
+
+class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore):
+    """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        max_metadata_bytes: int = 16_384,
+        idempotency_ttl_seconds: int = 86_400,
+        idempotency_lock_seconds: int = 60,
+    ) -> None:
+        super().__init__(engine)
+        self.max_metadata_bytes = max_metadata_bytes
+        self.idempotency_ttl = timedelta(seconds=idempotency_ttl_seconds)
+        self.idempotency_lock = timedelta(seconds=idempotency_lock_seconds)
+
+    async def ping(self) -> None:
+        """Round trip to the database (readiness)."""
+        async with self.read() as conn:
+            await conn.execute(text("SELECT 1"))

@@ -1,0 +1,182 @@
+"""Every table of DESIGN section 2, in SQLAlchemy Core.
+
+Every key starts with `tenant_id` (api_keys is looked up by its public prefix before the
+tenant is known, so its key is `key_id`, with `tenant_id` indexed). JSON columns are JSONB
+on PostgreSQL. `counters` exists for SQLite only in practice: SQLite has no identity on a
+non-primary-key column, so the store reserves global event positions from it under SQLite's
+single writer; PostgreSQL uses the identity column.
+
+Alembic migrations are written from this module but never import it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Timestamp = DateTime(timezone=True)
+Id = String(128)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("limits", Json, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id"),
+    UniqueConstraint("name"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(64), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("prefix", String(32), nullable=False),
+    Column("secret_hash", String(128), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("revoked_at", Timestamp, nullable=True),
+    PrimaryKeyConstraint("key_id"),
+    UniqueConstraint("prefix"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    Index(None, "tenant_id"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("session_id", Id, nullable=False),
+    Column("root_session_id", Id, nullable=False),
+    Column("parent_session_id", Id, nullable=True),
+    Column("forked_from_seq", BigInteger, nullable=True),
+    Column("status", String(32), nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("agent", Json, nullable=False),
+    Column("binding", Json, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("active_run_id", String(64), nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "session_id"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    # Keyset pagination walks (created_at, session_id) newest first within a tenant.
+    Index(None, "tenant_id", "created_at", "session_id"),
+)
+
+session_snapshots = Table(
+    "session_snapshots",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("session_id", Id, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("state", Json, nullable=False),
+    Column("state_hash", String(64), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "session_id", "seq"),
+    ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    ),
+)
+
+session_events = Table(
+    "session_events",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("session_id", Id, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("event_id", String(36), nullable=False),
+    # Global position for tenant-wide reading. Identity on PostgreSQL; on SQLite the store
+    # assigns it from `counters` (one writer at a time, so position order is commit order).
+    Column("position", BigInteger, Identity(), nullable=False),
+    # The writing transaction's id on PostgreSQL (pg_current_xact_id): tenant-wide readers
+    # only pass rows whose transaction is older than every one still running.
+    Column("xact_id", BigInteger, nullable=True),
+    Column("type", String(64), nullable=False),
+    Column("run_id", String(64), nullable=True),
+    Column("turn_id", String(64), nullable=True),
+    Column("payload", Json, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "session_id", "seq"),
+    UniqueConstraint("event_id"),
+    UniqueConstraint("position"),
+    ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    ),
+    Index(None, "tenant_id", "position"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("response", LargeBinary, nullable=True),
+    Column("headers", Json, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("locked_until", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "key"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    Index(None, "expires_at"),
+)
+
+counters = Table(
+    "counters",
+    metadata,
+    Column("name", String(64), nullable=False),
+    Column("value", BigInteger, nullable=False),
+    PrimaryKeyConstraint("name"),
+)
+
+# Used by docstrings and the RLS migration of a later issue: every table that holds tenant rows.
+TENANT_TABLES = ("api_keys", "sessions", "session_snapshots", "session_events", "idempotency_keys")
+
+__all__ = [
+    "TENANT_TABLES",
+    "api_keys",
+    "counters",
+    "idempotency_keys",
+    "metadata",
+    "session_events",
+    "session_snapshots",
+    "sessions",
+    "tenants",
+]
