@@ -25,7 +25,13 @@ from app.runtime.errors import (
 from app.runtime.events import Event, EventType, NewEvent
 from app.runtime.memory import normalize_items
 from app.runtime.metadata import check_metadata_size
-from app.runtime.ports import AppendResult, NewSession, SessionRecord, SessionStore
+from app.runtime.ports import (
+    AppendResult,
+    IdempotencyClaim,
+    NewSession,
+    SessionRecord,
+    SessionStore,
+)
 from app.runtime.projector import apply_event, fold
 from app.runtime.state import SessionState, validate_recovery_object
 
@@ -62,6 +68,20 @@ class SessionRuntime:
         if record is None:
             raise SessionNotFound(session_id)
         return record
+
+    async def list(
+        self,
+        tenant_id: str,
+        *,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        status: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions newest first; `after` is the (created_at, session_id) of the last seen."""
+        return await self.store.list_sessions(
+            tenant_id, limit=limit, after=after, status=status, metadata=metadata
+        )
 
     async def load(self, tenant_id: str, session_id: str) -> Loaded:
         """The session and its current state: cache or snapshot, plus the tail of events."""
@@ -304,6 +324,29 @@ class SessionRuntime:
             snapshot_state=child_state.to_json(),
         )
         return self._after_write(result, child_state)
+
+    # -------------------------------------------------------------- idempotency
+
+    async def claim_idempotency(
+        self, tenant_id: str, key: str, *, request_hash: str
+    ) -> IdempotencyClaim:
+        return await self.store.claim_idempotency_key(tenant_id, key, request_hash=request_hash)
+
+    async def complete_idempotency(
+        self,
+        tenant_id: str,
+        key: str,
+        *,
+        status_code: int,
+        response: bytes,
+        headers: dict[str, str],
+    ) -> None:
+        await self.store.complete_idempotency_key(
+            tenant_id, key, status_code=status_code, response=response, headers=headers
+        )
+
+    async def release_idempotency(self, tenant_id: str, key: str) -> None:
+        await self.store.release_idempotency_key(tenant_id, key)
 
     # ----------------------------------------------------------------- plumbing
 

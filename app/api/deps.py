@@ -1,0 +1,53 @@
+"""Dependencies as `Annotated` aliases, so route signatures read like the contract."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.runtime.accounts import Accounts, Principal
+from app.runtime.service import SessionRuntime
+from app.settings import Settings
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
+
+
+async def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def get_runtime(request: Request) -> SessionRuntime:
+    return request.app.state.runtime
+
+
+async def get_accounts(request: Request) -> Accounts:
+    return request.app.state.accounts
+
+
+async def get_tenant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller's tenant, from the API key alone (never from the path, query or body)."""
+    accounts: Accounts = request.app.state.accounts
+    raw = credentials.credentials if credentials is not None else None
+    return await accounts.authenticate(raw)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
+TenantDep = Annotated[Principal, Depends(get_tenant)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="Retry-safe key: the same key and body replay the stored response.",
+    ),
+]
+IfMatch = Annotated[
+    str | None,
+    Header(alias="If-Match", max_length=64, description="The session version (ETag) expected."),
+]

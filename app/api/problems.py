@@ -1,0 +1,182 @@
+"""RFC 9457 problem details: the one table from domain errors to HTTP, and the handlers.
+
+Routes never build error responses themselves: they let `AgentSessionError`s rise, and the
+handlers here render `application/problem+json` with `type`, `title`, `status`, `detail`,
+`instance` and a stable `code` (plus machine fields such as `current_seq`). A 500 carries no
+exception text; the exception is logged with the request id.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.runtime import errors as e
+
+log = logging.getLogger("app.api")
+
+PROBLEM_TYPE_BASE = "urn:asr:problem:"
+MEDIA_TYPE = "application/problem+json"
+
+# Most specific first: the first class an error is an instance of decides.
+STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
+    (e.Unauthorized, 401, "Unauthorized"),
+    (e.NotFound, 404, "Not found"),
+    (e.VersionConflict, 412, "Precondition failed"),
+    (e.Conflict, 409, "Conflict"),
+    (e.PayloadTooLarge, 413, "Payload too large"),
+    (e.InvalidRequest, 422, "Invalid request"),
+]
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    code: str
+
+
+def problem_response(
+    request: Request | None,
+    *,
+    status: int,
+    code: str,
+    title: str,
+    detail: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + code,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": request.url.path if request is not None else None,
+        "code": code,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def _status_of(exc: e.AgentSessionError) -> tuple[int, str]:
+    for cls, status, title in STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return status, title
+    return 400, "Bad request"
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, e.AgentSessionError)
+    status, title = _status_of(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return problem_response(
+        request,
+        status=status,
+        code=exc.code,
+        title=title,
+        detail=exc.detail or None,
+        headers=headers,
+        **exc.extra,
+    )
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+        for err in exc.errors()
+    ]
+    if any(err["type"] == "json_invalid" for err in errors):
+        return problem_response(
+            request,
+            status=400,
+            code="malformed_json",
+            title="Malformed JSON",
+            detail="the request body is not valid JSON",
+            errors=errors,
+        )
+    return problem_response(
+        request,
+        status=422,
+        code="validation_error",
+        title="Invalid request",
+        detail="the request does not match the schema",
+        errors=errors,
+    )
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    return problem_response(
+        request,
+        status=exc.status_code,
+        code=code,
+        title=str(exc.detail),
+        detail=str(exc.detail),
+        headers=getattr(exc, "headers", None),
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", extra={"request_id": request.headers.get("x-request-id")})
+    return problem_response(
+        request,
+        status=500,
+        code="internal_error",
+        title="Internal server error",
+        detail="the server failed to handle this request; it has been logged",
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(e.AgentSessionError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries for the problem statuses a route can answer."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        out[status] = {
+            "model": Problem,
+            "description": _DESCRIPTIONS.get(status, "Problem"),
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    return out
+
+
+_DESCRIPTIONS = {
+    400: "Malformed request",
+    401: "Missing or invalid API key",
+    404: "No such session for this tenant",
+    409: "Conflict with the session's current state",
+    412: "If-Match does not name the current version",
+    413: "Request body too large",
+    422: "Invalid request",
+}

@@ -1,0 +1,338 @@
+"""Session routes: create, list, get, patch, delete, items, state, save, resume, fork,
+restore, projection, memory."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.api import views
+from app.api.deps import IdempotencyKey, IfMatch, RuntimeDep, SettingsDep, TenantDep
+from app.api.idempotency import idempotent
+from app.api.problems import problem_responses
+from app.api.schemas import (
+    AppendRead,
+    ForkRequest,
+    ItemsAppend,
+    MemoryView,
+    ProjectionRead,
+    RestoreRequest,
+    ResumeRequest,
+    SaveRead,
+    SessionCreate,
+    SessionList,
+    SessionPatch,
+    SessionRead,
+    StateRead,
+)
+from app.runtime.errors import InvalidRequest, VersionConflict
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+_COMMON = problem_responses(401, 404, 422)
+
+
+def _created(body: dict, location: str) -> JSONResponse:
+    return JSONResponse(body, status_code=201, headers={"Location": location})
+
+
+def _if_match(value: str | None) -> int | None:
+    """Parse an ETag precondition: the session version, quoted or not (`*` = any)."""
+    if value is None or value.strip() == "*":
+        return None
+    raw = value.strip().removeprefix("W/").strip('"')
+    if not raw.isdigit():
+        raise VersionConflict(-1, -1) from None
+    return int(raw)
+
+
+def _etag(version: int) -> str:
+    return f'"{version}"'
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=SessionRead,
+    summary="Create a session",
+    responses=problem_responses(401, 409, 413, 422),
+)
+async def create_session(
+    body: SessionCreate,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    async def produce() -> Response:
+        loaded = await runtime.create(
+            tenant.tenant_id,
+            session_id=body.session_id,
+            metadata=body.metadata,
+            agent=body.agent.model_dump(),
+            binding=body.binding,
+            max_items=body.max_items,
+        )
+        return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created_at, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return datetime.fromisoformat(created_at), str(session_id)
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InvalidRequest("cursor is not one this service issued") from exc
+
+
+def _encode_cursor(created_at: datetime, session_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), session_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+@router.get(
+    "",
+    response_model=SessionList,
+    summary="List sessions (newest first, keyset-paginated)",
+    responses=problem_responses(401, 422),
+)
+async def list_sessions(
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    status: Annotated[str | None, Query(max_length=32)] = None,
+) -> dict:
+    # Metadata filters: ?metadata.user=alice&metadata.team=x (string equality, ANDed).
+    filters = {
+        k.removeprefix("metadata."): v
+        for k, v in request.query_params.items()
+        if k.startswith("metadata.") and len(k) > len("metadata.")
+    }
+    page = min(limit, settings.page_limit_max)
+    after = _decode_cursor(cursor) if cursor else None
+    rows = await runtime.list(
+        tenant.tenant_id, limit=page + 1, after=after, status=status, metadata=filters or None
+    )
+    more = len(rows) > page
+    rows = rows[:page]
+    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].session_id) if more else None
+    return {"data": [views.session_summary(r) for r in rows], "next_cursor": next_cursor}
+
+
+@router.get(
+    "/{session_id}",
+    response_model=SessionRead,
+    summary="Display snapshot of a session",
+    responses=_COMMON,
+)
+async def get_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> dict:
+    return views.session_display(await runtime.load(tenant.tenant_id, session_id))
+
+
+@router.patch(
+    "/{session_id}",
+    response_model=SessionRead,
+    summary="Merge metadata (RFC 7386 merge patch)",
+    responses=problem_responses(401, 404, 413, 422),
+)
+async def patch_session(
+    session_id: str, body: SessionPatch, tenant: TenantDep, runtime: RuntimeDep
+) -> dict:
+    await runtime.update_metadata(tenant.tenant_id, session_id, body.metadata)
+    return views.session_display(await runtime.load(tenant.tenant_id, session_id))
+
+
+@router.delete(
+    "/{session_id}",
+    status_code=204,
+    summary="Erase a session, its events, snapshots and runs",
+    responses=_COMMON,
+)
+async def delete_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> Response:
+    await runtime.delete(tenant.tenant_id, session_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{session_id}/items",
+    status_code=201,
+    response_model=AppendRead,
+    summary="Append memory items without running the model",
+    responses=problem_responses(401, 404, 409, 413, 422),
+)
+async def append_items(
+    session_id: str,
+    body: ItemsAppend,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    async def produce() -> Response:
+        result = await runtime.append_items(
+            tenant.tenant_id,
+            session_id,
+            [i.model_dump(mode="json", exclude_none=True) for i in body.items],
+            expected_seq=body.expected_seq,
+        )
+        return JSONResponse(views.append_result(result), status_code=201)
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+
+
+@router.get(
+    "/{session_id}/state",
+    response_model=StateRead,
+    summary="Recovery object (ETag = version)",
+    responses=_COMMON,
+)
+async def get_state(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> Response:
+    loaded = await runtime.load(tenant.tenant_id, session_id)
+    return JSONResponse(
+        views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
+    )
+
+
+@router.post(
+    "/{session_id}/save",
+    response_model=SaveRead,
+    summary="Write a snapshot row (If-Match: version -> 412 when stale)",
+    responses=problem_responses(401, 404, 409, 412, 422),
+)
+async def save_session(
+    session_id: str, tenant: TenantDep, runtime: RuntimeDep, if_match: IfMatch = None
+) -> Response:
+    loaded = await runtime.save(tenant.tenant_id, session_id, if_match=_if_match(if_match))
+    body = {
+        "session_id": session_id,
+        "snapshot_seq": loaded.session.last_seq,
+        "version": loaded.session.version,
+    }
+    return JSONResponse(body, headers={"ETag": _etag(loaded.session.version)})
+
+
+@router.post(
+    "/{session_id}/resume",
+    response_model=StateRead,
+    summary="Load snapshot + tail, check the binding, record SESSION_RESUMED",
+    responses=problem_responses(401, 404, 409, 422),
+)
+async def resume_session(
+    session_id: str,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    body: ResumeRequest | None = None,
+) -> Response:
+    binding = body.binding if body is not None else None
+    loaded = await runtime.resume(tenant.tenant_id, session_id, binding=binding)
+    return JSONResponse(
+        views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
+    )
+
+
+@router.post(
+    "/{session_id}/fork",
+    status_code=201,
+    response_model=SessionRead,
+    summary="Fork a new session from the state at at_seq; the source is untouched",
+    responses=problem_responses(401, 404, 409, 422),
+)
+async def fork_session(
+    session_id: str,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    body: ForkRequest | None = None,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    fork = body or ForkRequest()
+
+    async def produce() -> Response:
+        loaded = await runtime.fork(
+            tenant.tenant_id,
+            session_id,
+            at_seq=fork.at_seq,
+            new_session_id=fork.session_id,
+            metadata=fork.metadata,
+            binding=fork.binding,
+        )
+        return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+
+
+@router.post(
+    "/{session_id}/restore",
+    response_model=StateRead,
+    summary="Install a recovery object as the memory baseline",
+    responses=problem_responses(401, 404, 409, 412, 422),
+)
+async def restore_session(
+    session_id: str,
+    body: RestoreRequest,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    if_match: IfMatch = None,
+) -> Response:
+    loaded = await runtime.restore(
+        tenant.tenant_id, session_id, body.state, if_match=_if_match(if_match)
+    )
+    return JSONResponse(
+        views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
+    )
+
+
+@router.get(
+    "/{session_id}/projection",
+    response_model=ProjectionRead,
+    summary="Fold of the whole ledger, and whether it equals live memory",
+    responses=_COMMON,
+)
+async def get_projection(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> dict:
+    loaded, folded = await runtime.projection(tenant.tenant_id, session_id)
+    return {
+        "session_id": session_id,
+        "seq": folded.seq,
+        "memory": views.memory_json(folded),
+        "equals_live": folded.memory_json() == loaded.state.memory_json(),
+    }
+
+
+@router.get(
+    "/{session_id}/memory",
+    response_model=MemoryView,
+    summary="Memory items and summary; full=true adds the whole history from the ledger",
+    responses=_COMMON,
+)
+async def get_memory(
+    session_id: str,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    full: bool = False,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> dict:
+    loaded = await runtime.load(tenant.tenant_id, session_id)
+    body: dict = {
+        "session_id": session_id,
+        "seq": loaded.state.seq,
+        **views.memory_json(loaded.state),
+        "max_items": loaded.state.max_items,
+    }
+    if full:
+        history, next_after = await runtime.history(
+            tenant.tenant_id, session_id, after_seq=after_seq, limit=limit
+        )
+        body["history"] = history
+        body["next_after_seq"] = next_after
+    return body

@@ -1,0 +1,88 @@
+"""`create_app(settings)`: the FastAPI application, assembled in its lifespan.
+
+Nothing reads the environment or opens a connection at import time; run it with
+`asr serve`, or `uvicorn --factory app.main:create_app`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import events, ops, sessions
+from app.api.limits import BodyLimitMiddleware
+from app.api.problems import install_problem_handlers
+from app.runtime.accounts import Accounts
+from app.runtime.service import Limits, SessionRuntime
+from app.settings import Settings, get_settings
+from app.store.engine import make_engine
+from app.store.store import AgentSessionStore
+
+log = logging.getLogger("app")
+
+DESCRIPTION = """
+Hosts long-running LLM-agent sessions: each session is a durable container with a stable id,
+its own memory, an append-only event ledger and snapshots. Authenticate with
+`Authorization: Bearer <api key>`; errors are RFC 9457 `application/problem+json`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings)
+        store = AgentSessionStore(
+            engine,
+            max_metadata_bytes=settings.max_metadata_bytes,
+            idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
+            idempotency_lock_seconds=settings.idempotency_lock_seconds,
+        )
+        app.state.store = store
+        app.state.accounts = Accounts(store)
+        app.state.runtime = SessionRuntime(
+            store,
+            limits=Limits(
+                max_items_per_request=settings.max_items_per_request,
+                max_inline_bytes=settings.max_inline_bytes,
+                max_metadata_bytes=settings.max_metadata_bytes,
+                snapshot_every=settings.snapshot_every,
+            ),
+        )
+        if settings.bootstrap_default_tenant:
+            key = await app.state.accounts.bootstrap()
+            if key is not None:
+                # Printed once to the console, never logged: it is the only copy.
+                print("Created tenant 'default'. Its API key (shown once):", flush=True)
+                print(key, flush=True)
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Agent Session Runtime",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.include_router(sessions.router)
+    app.include_router(events.router)
+    app.include_router(ops.router)
+    return app
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
