@@ -94,18 +94,23 @@ def evict_to_window(items: list[dict[str, Any]], max_items: int | None) -> list[
     """FIFO eviction of whole interactions until at most `max_items` remain.
 
     An interaction is a user message and everything up to the next user message, so no
-    assistant reply or tool output outlives the input that caused it. The newest interaction
-    is never split: a window smaller than it keeps that interaction whole.
+    assistant reply or tool output outlives the input that caused it. Memory with no user
+    message at all is cut item by item, but never between a tool call and its output. The
+    newest interaction is never split: a window smaller than it keeps that interaction whole.
     """
     if max_items is None or len(items) <= max_items:
         return items
-    starts = [i for i, item in enumerate(items) if _is_user_message(item)]
-    # Candidate cut points: the start of each interaction after the first item.
-    for start in starts:
-        if start > 0 and len(items) - start <= max_items:
-            return items[start:]
-    newest = starts[-1] if starts else 0
-    return items[newest:]
+    cuts = [i for i, item in enumerate(items) if i > 0 and _is_user_message(item)]
+    if not cuts and not any(_is_user_message(i) for i in items):
+        cuts = [i for i, item in enumerate(items) if i > 0 and not _is_output(item)]
+    for cut in cuts:
+        if len(items) - cut <= max_items:
+            return items[cut:]
+    return items[cuts[-1] :] if cuts else items
+
+
+def _is_output(item: dict[str, Any]) -> bool:
+    return item.get("type") == "function_call_output"
 
 
 def _is_user_message(item: dict[str, Any]) -> bool:

@@ -1,0 +1,219 @@
+"""Test harness: one real database per run, the schema from `alembic upgrade head`.
+
+ASR_TEST_DATABASE_URL picks the backend: unset means a SQLite file (WAL) in a temp folder;
+a postgresql+asyncpg:// URL names a server on which a fresh database is created for this run
+and dropped afterwards. If that server cannot be reached the PostgreSQL run is skipped, except
+under CI=true, where it fails.
+
+Tests isolate by tenant: each test makes its own tenant and key, and asserts exact results
+within it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.main import create_app
+from app.runtime.accounts import Accounts
+from app.settings import Settings
+from app.store.engine import make_engine
+from app.store.migrations import upgrade_head
+from app.store.store import AgentSessionStore
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ENV = "ASR_TEST_DATABASE_URL"
+
+
+def _pg_admin_dsn(url: str) -> tuple[str, str]:
+    """(asyncpg DSN of the server's maintenance db, the name of the db in `url`)."""
+    parsed = make_url(url)
+    admin = parsed.set(drivername="postgresql", database="postgres")
+    return admin.render_as_string(hide_password=False), parsed.database or "postgres"
+
+
+async def _pg_exec(dsn: str, sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn, timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def create_database(tmp_root: Path, label: str = "main") -> str:
+    """A fresh, empty database URL on the configured backend."""
+    base = os.environ.get(PG_ENV)
+    if not base:
+        return f"sqlite+aiosqlite:///{tmp_root / f'{label}.db'}"
+    name = f"asr_test_{label}_{os.getpid()}_{secrets.token_hex(3)}"
+    admin, _ = _pg_admin_dsn(base)
+    try:
+        asyncio.run(_pg_exec(admin, f'CREATE DATABASE "{name}"'))
+    except (OSError, Exception) as exc:
+        if os.environ.get("CI") == "true":
+            pytest.exit(f"PostgreSQL expected under CI=true but unreachable: {exc}", returncode=3)
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    return make_url(base).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(url: str) -> None:
+    if not url.startswith("postgresql"):
+        return
+    admin, name = _pg_admin_dsn(url)
+    asyncio.run(_pg_exec(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = create_database(tmp_path_factory.mktemp("db"))
+    upgrade_head(url)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def is_postgres(database_url: str) -> bool:
+    return database_url.startswith("postgresql")
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, bootstrap_default_tenant=False)
+
+
+@pytest.fixture(scope="session")
+async def store(settings: Settings) -> AsyncIterator[AgentSessionStore]:
+    engine = make_engine(settings)
+    yield AgentSessionStore(engine)
+    await engine.dispose()
+
+
+@dataclass(frozen=True)
+class TenantKey:
+    tenant_id: str
+    name: str
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def make_tenant(store: AgentSessionStore) -> TenantKey:
+    accounts = Accounts(store)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    tenant = await accounts.create_tenant(name)
+    raw, _ = await accounts.create_key(name)
+    return TenantKey(tenant_id=tenant.tenant_id, name=name, key=raw)
+
+
+@pytest.fixture
+async def tenant(store: AgentSessionStore) -> TenantKey:
+    return await make_tenant(store)
+
+
+@pytest.fixture
+async def other_tenant(store: AgentSessionStore) -> TenantKey:
+    return await make_tenant(store)
+
+
+@pytest.fixture(scope="session")
+async def app(settings: Settings) -> AsyncIterator[object]:
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: object, tenant: TenantKey) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://asr.test", headers=tenant.headers
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+async def anon(app: object) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://asr.test") as c:
+        yield c
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(database_url: str, log_path: Path, **env: str) -> Server:
+    """A real `asr serve` (uvicorn) on a free loopback port, ready when this returns."""
+    port = free_port()
+    environment = {
+        **os.environ,
+        "ASR_DATABASE_URL": database_url,
+        "ASR_BOOTSTRAP_DEFAULT_TENANT": "false",
+        "ASR_LOG_LEVEL": "warning",
+        **env,
+    }
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {log_path.read_text()}")
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                return Server(base_url=base, process=process, log_path=log_path)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("server did not become healthy in 30 s")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+
+
+@pytest.fixture(scope="session")
+def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(database_url, tmp_path_factory.mktemp("server") / "server.log")
+    yield srv
+    stop_server(srv)
+    assert "Traceback" not in srv.log(), srv.log()[-4000:]

@@ -1,0 +1,194 @@
+"""The store contract, on the backend this run uses (SQLite file or PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import select, update
+
+from app.runtime.errors import (
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidForkPoint,
+    SeqConflict,
+    SessionAlreadyExists,
+    SessionNotFound,
+    VersionConflict,
+)
+from app.runtime.events import EventType, NewEvent
+from app.runtime.ports import NewSession
+from app.store.store import AgentSessionStore
+from app.store.tables import session_snapshots
+from tests.conftest import TenantKey
+
+
+def new(session_id: str) -> NewSession:
+    return NewSession(session_id=session_id, metadata={}, agent={}, binding={})
+
+
+def items(n: int) -> list[NewEvent]:
+    return [
+        NewEvent(
+            EventType.MEMORY_ITEMS_APPENDED,
+            {"items": [{"type": "message", "role": "user", "content": f"m{i}"}]},
+        )
+        for i in range(n)
+    ]
+
+
+async def test_create_assigns_seqs_from_one_and_refuses_a_taken_id(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    created = await store.create_session(tenant.tenant_id, session=new("s1"), events=items(3))
+    assert [e.seq for e in created.events] == [1, 2, 3]
+    assert created.session.last_seq == 3 and created.session.version == 1
+    with pytest.raises(SessionAlreadyExists):
+        await store.create_session(tenant.tenant_id, session=new("s1"), events=items(1))
+    # The failed create left the session as it was (PostgreSQL: no aborted transaction leak).
+    again = await store.get_session(tenant.tenant_id, "s1")
+    assert again is not None and again.last_seq == 3
+
+
+async def test_same_session_id_in_two_tenants_are_two_sessions(
+    store: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey
+) -> None:
+    await store.create_session(tenant.tenant_id, session=new("shared"), events=items(2))
+    await store.create_session(other_tenant.tenant_id, session=new("shared"), events=items(1))
+    mine = await store.list_events(tenant.tenant_id, "shared")
+    theirs = await store.list_events(other_tenant.tenant_id, "shared")
+    assert [e.seq for e in mine] == [1, 2] and [e.seq for e in theirs] == [1]
+
+
+async def test_concurrent_appends_on_one_session_are_gapless(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    await store.create_session(tenant.tenant_id, session=new("hot"), events=items(1))
+
+    async def writer(k: int) -> None:
+        for _ in range(10):
+            await store.append_events(tenant.tenant_id, "hot", events=items(k % 3 + 1))
+
+    await asyncio.gather(*(writer(k) for k in range(20)))
+    events = await store.list_events(tenant.tenant_id, "hot")
+    expected = 1 + sum(10 * (k % 3 + 1) for k in range(20))
+    assert [e.seq for e in events] == list(range(1, expected + 1))
+    assert len({e.event_id for e in events}) == expected
+    positions = [e.position for e in events]
+    assert len(set(positions)) == expected
+
+
+async def test_expected_seq_conflict_writes_nothing(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    await store.create_session(tenant.tenant_id, session=new("opt"), events=items(2))
+    await store.append_events(tenant.tenant_id, "opt", events=items(1), expected_seq=2)
+    with pytest.raises(SeqConflict) as info:
+        await store.append_events(tenant.tenant_id, "opt", events=items(5), expected_seq=2)
+    assert info.value.extra["current_seq"] == 3
+    with pytest.raises(VersionConflict):
+        await store.append_events(tenant.tenant_id, "opt", events=items(1), expected_version=1)
+    assert len(await store.list_events(tenant.tenant_id, "opt")) == 3
+    with pytest.raises(SessionNotFound):
+        await store.append_events(tenant.tenant_id, "missing", events=items(1))
+
+
+async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    await store.create_session(tenant.tenant_id, session=new("src"), events=items(5))
+    forked = NewEvent(EventType.SESSION_FORKED, {"parent_session_id": "src"})
+    result = await store.fork_session(
+        tenant.tenant_id, "src", at_seq=3, session=new("child"), events=[forked],
+        snapshot_state={"seq": 4, "memory": {"items": [], "summary": None}},
+    )
+    assert result.session.parent_session_id == "src"
+    assert result.session.forked_from_seq == 3 and result.session.last_seq == 4
+    child = await store.list_events(tenant.tenant_id, "child")
+    parent = await store.list_events(tenant.tenant_id, "src")
+    assert [e.seq for e in child] == [1, 2, 3, 4]
+    assert [e.payload for e in child[:3]] == [e.payload for e in parent[:3]]
+    assert not {e.event_id for e in child} & {e.event_id for e in parent}
+    assert len(parent) == 5
+    snap = await store.get_snapshot(tenant.tenant_id, "child")
+    assert snap is not None and snap.seq == 4 and snap.kind == "fork"
+    with pytest.raises(InvalidForkPoint):
+        await store.fork_session(
+            tenant.tenant_id, "src", at_seq=6, session=new("c2"), events=[],
+            snapshot_state={"seq": 6},
+        )
+    with pytest.raises(SessionNotFound):
+        await store.fork_session(
+            tenant.tenant_id, "nope", at_seq=1, session=new("c3"), events=[],
+            snapshot_state={"seq": 1},
+        )
+
+
+async def test_a_snapshot_with_a_bad_hash_is_skipped(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    await store.create_session(tenant.tenant_id, session=new("snap"), events=items(2))
+    assert await store.save_snapshot(
+        tenant.tenant_id, "snap", seq=1, kind="auto", state={"seq": 1, "memory": {"items": []}}
+    )
+    assert await store.save_snapshot(
+        tenant.tenant_id, "snap", seq=2, kind="auto", state={"seq": 2, "memory": {"items": []}}
+    )
+    assert not await store.save_snapshot(
+        tenant.tenant_id, "snap", seq=9, kind="auto", state={"seq": 9}
+    ), "a snapshot may not claim a seq beyond the ledger"
+    snaps = session_snapshots.c
+    async with store.write() as conn:
+        await conn.execute(
+            update(session_snapshots)
+            .where(snaps.tenant_id == tenant.tenant_id, snaps.seq == 2)
+            .values(state={"seq": 2, "memory": {"items": ["tampered"]}})
+        )
+    snap = await store.get_snapshot(tenant.tenant_id, "snap")
+    assert snap is not None and snap.seq == 1
+
+
+async def test_delete_erases_events_and_snapshots(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    await store.create_session(tenant.tenant_id, session=new("gone"), events=items(2))
+    await store.save_snapshot(tenant.tenant_id, "gone", seq=2, kind="save", state={"seq": 2})
+    assert await store.delete_session(tenant.tenant_id, "gone")
+    assert not await store.delete_session(tenant.tenant_id, "gone")
+    assert await store.list_events(tenant.tenant_id, "gone") == []
+    async with store.read() as conn:
+        left = (
+            await conn.execute(
+                select(session_snapshots).where(session_snapshots.c.session_id == "gone",
+                                                session_snapshots.c.tenant_id == tenant.tenant_id)
+            )
+        ).all()
+    assert left == []
+
+
+async def test_idempotency_claims(store: AgentSessionStore, tenant: TenantKey) -> None:
+    t = tenant.tenant_id
+    assert (await store.claim_idempotency_key(t, "k", request_hash="h1")).claimed
+    with pytest.raises(IdempotencyInFlight):
+        await store.claim_idempotency_key(t, "k", request_hash="h1")
+    with pytest.raises(IdempotencyKeyReused):
+        await store.claim_idempotency_key(t, "k", request_hash="h2")
+    await store.complete_idempotency_key(t, "k", status_code=201, response=b"{}", headers={})
+    replay = await store.claim_idempotency_key(t, "k", request_hash="h1")
+    assert not replay.claimed and replay.status_code == 201 and replay.response == b"{}"
+    await store.claim_idempotency_key(t, "k2", request_hash="h")
+    await store.release_idempotency_key(t, "k2")
+    assert (await store.claim_idempotency_key(t, "k2", request_hash="h")).claimed
+
+
+async def test_concurrent_idempotency_claims_admit_exactly_one(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    async def claim() -> bool:
+        try:
+            return (await store.claim_idempotency_key(tenant.tenant_id, "race", request_hash="h")).claimed
+        except IdempotencyInFlight:
+            return False
+
+    results = await asyncio.gather(*(claim() for _ in range(10)))
+    assert results.count(True) == 1
