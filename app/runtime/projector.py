@@ -1,6 +1,7 @@
 """The projector: fold a session's events into its `SessionState`.
 
-`fold(state, events)` is pure and total: it never mutates its input, and an event type it
+`fold(state, events)` is pure and total: it never mutates its input (items are shared,
+never edited in place), and an event type it
 does not know is skipped (old ledgers and newer writers never crash a reader). Only the
 memory event types of the DESIGN change memory; MODEL_RESPONSE contributes token usage.
 """
@@ -17,21 +18,22 @@ Apply = Callable[[SessionState, dict[str, Any]], None]
 
 
 def _append_items(state: SessionState, payload: dict[str, Any]) -> None:
-    # Copies: a later TOOL_OUTPUT_REPLACED edits state items, never the event's payload.
-    state.items.extend(dict(i) for i in payload.get("items") or [])
+    state.items.extend(payload.get("items") or [])
 
 
 def _append_item(state: SessionState, payload: dict[str, Any]) -> None:
     item = payload.get("item")
     if item is not None:
-        state.items.append(dict(item))
+        state.items.append(item)
 
 
 def _replace_tool_output(state: SessionState, payload: dict[str, Any]) -> None:
+    # Replace the item rather than edit it: states and snapshots share item dicts.
     call_id = payload.get("call_id")
-    for item in reversed(state.items):
+    for index in range(len(state.items) - 1, -1, -1):
+        item = state.items[index]
         if item.get("type") == "function_call_output" and item.get("call_id") == call_id:
-            item["output"] = payload.get("output", "")
+            state.items[index] = {**item, "output": payload.get("output", "")}
             return
 
 
@@ -41,7 +43,7 @@ def _compress(state: SessionState, payload: dict[str, Any]) -> None:
     if payload.get("kind") != "compact":
         return
     memory = payload.get("memory") or {}
-    state.items = [dict(i) for i in memory.get("items") or []]
+    state.items = list(memory.get("items") or [])
     state.summary = memory.get("summary")
     state.last_compact = payload.get("result")
     state.breaker = {"consecutive_failures": 0, "open": False}
@@ -50,7 +52,7 @@ def _compress(state: SessionState, payload: dict[str, Any]) -> None:
 def _restore(state: SessionState, payload: dict[str, Any]) -> None:
     baseline = payload.get("state") or {}
     memory = baseline.get("memory") or {}
-    state.items = [dict(i) for i in memory.get("items") or []]
+    state.items = list(memory.get("items") or [])
     state.summary = memory.get("summary")
     state.max_items = baseline.get("max_items")
 

@@ -6,7 +6,6 @@ newer fields (they take their defaults), so adding a field never breaks resume.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -58,16 +57,30 @@ class SessionState:
         memory = data.get("memory") or {}
         return cls(
             seq=int(data.get("seq", 0)),
-            items=copy.deepcopy(list(memory.get("items") or [])),
+            items=list(memory.get("items") or []),
             summary=memory.get("summary"),
             max_items=data.get("max_items"),
             usage={**_zero_usage(), **(data.get("usage") or {})},
-            last_compact=copy.deepcopy(data.get("last_compact")),
+            last_compact=data.get("last_compact"),
             breaker={**_closed_breaker(), **(data.get("breaker") or {})},
         )
 
     def copy(self) -> SessionState:
-        return SessionState.from_json(self.to_json())
+        """A copy that may be folded further without touching this one.
+
+        Shallow on purpose: items are never edited in place (the projector replaces an item
+        to change it), so states can share item dicts and a copy costs O(items), not a deep
+        copy of every message.
+        """
+        return SessionState(
+            seq=self.seq,
+            items=list(self.items),
+            summary=self.summary,
+            max_items=self.max_items,
+            usage=dict(self.usage),
+            last_compact=self.last_compact,
+            breaker=dict(self.breaker),
+        )
 
     def estimated_tokens(self) -> int:
         return estimate_tokens(self.items, self.summary)

@@ -55,7 +55,11 @@ def test_restore_installs_a_baseline_and_projection_reports_leave_memory_alone()
         None,
         [
             ev(1, EventType.MEMORY_ITEMS_APPENDED, {"items": [user("a")]}),
-            ev(2, EventType.SESSION_RESTORED, {"state": {"memory": {"items": [user("z")], "summary": "s"}}}),
+            ev(
+                2,
+                EventType.SESSION_RESTORED,
+                {"state": {"memory": {"items": [user("z")], "summary": "s"}}},
+            ),
             ev(3, EventType.MEMORY_COMPRESS, {"kind": "projection", "dropped": 1}),
         ],
     )
@@ -101,7 +105,11 @@ def _events(ops: list[tuple[str, Any]]) -> list[Event]:
             out.append(ev(seq, EventType.WINDOW_CHANGED, {"max_items": arg}))
         else:
             out.append(
-                ev(seq, EventType.SESSION_RESTORED, {"state": {"memory": {"items": arg, "summary": None}}})
+                ev(
+                    seq,
+                    EventType.SESSION_RESTORED,
+                    {"state": {"memory": {"items": arg, "summary": None}}},
+                )
             )
     return out
 
@@ -119,7 +127,9 @@ def test_fold_is_associative_over_any_split_and_snapshot_round_trip(
 
 
 @given(st.lists(item_strategy, max_size=30), st.integers(1, 10))
-def test_eviction_never_orphans_and_respects_the_window(items: list[dict[str, Any]], n: int) -> None:
+def test_eviction_never_orphans_and_respects_the_window(
+    items: list[dict[str, Any]], n: int
+) -> None:
     kept = evict_to_window(items, n)
     assert kept == items[len(items) - len(kept) :]  # a suffix: FIFO
     users = [i for i, x in enumerate(items) if x["role"] == "user"]

@@ -99,7 +99,11 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
     await store.create_session(tenant.tenant_id, session=new("src"), events=items(5))
     forked = NewEvent(EventType.SESSION_FORKED, {"parent_session_id": "src"})
     result = await store.fork_session(
-        tenant.tenant_id, "src", at_seq=3, session=new("child"), events=[forked],
+        tenant.tenant_id,
+        "src",
+        at_seq=3,
+        session=new("child"),
+        events=[forked],
         snapshot_state={"seq": 4, "memory": {"items": [], "summary": None}},
     )
     assert result.session.parent_session_id == "src"
@@ -114,12 +118,20 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
     assert snap is not None and snap.seq == 4 and snap.kind == "fork"
     with pytest.raises(InvalidForkPoint):
         await store.fork_session(
-            tenant.tenant_id, "src", at_seq=6, session=new("c2"), events=[],
+            tenant.tenant_id,
+            "src",
+            at_seq=6,
+            session=new("c2"),
+            events=[],
             snapshot_state={"seq": 6},
         )
     with pytest.raises(SessionNotFound):
         await store.fork_session(
-            tenant.tenant_id, "nope", at_seq=1, session=new("c3"), events=[],
+            tenant.tenant_id,
+            "nope",
+            at_seq=1,
+            session=new("c3"),
+            events=[],
             snapshot_state={"seq": 1},
         )
 
@@ -159,8 +171,10 @@ async def test_delete_erases_events_and_snapshots(
     async with store.read() as conn:
         left = (
             await conn.execute(
-                select(session_snapshots).where(session_snapshots.c.session_id == "gone",
-                                                session_snapshots.c.tenant_id == tenant.tenant_id)
+                select(session_snapshots).where(
+                    session_snapshots.c.session_id == "gone",
+                    session_snapshots.c.tenant_id == tenant.tenant_id,
+                )
             )
         ).all()
     assert left == []
@@ -186,7 +200,9 @@ async def test_concurrent_idempotency_claims_admit_exactly_one(
 ) -> None:
     async def claim() -> bool:
         try:
-            return (await store.claim_idempotency_key(tenant.tenant_id, "race", request_hash="h")).claimed
+            return (
+                await store.claim_idempotency_key(tenant.tenant_id, "race", request_hash="h")
+            ).claimed
         except IdempotencyInFlight:
             return False
 
