@@ -28,7 +28,9 @@ def _url() -> str:
 
 
 def _skip_empty(context_: object, revision: object, directives: list) -> None:
-    """Autogenerate writes no empty revision files."""
+    """`alembic revision --autogenerate` writes no empty revision files (`check` is untouched)."""
+    if not getattr(config.cmd_opts, "autogenerate", False):
+        return
     script = directives[0]
     if isinstance(script, ops.MigrationScript) and script.upgrade_ops.is_empty():
         directives[:] = []

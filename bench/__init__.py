@@ -1,0 +1,1 @@
+"""Benchmarks: every figure next to its raw baseline, measured in the same run."""

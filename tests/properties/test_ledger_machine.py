@@ -1,0 +1,167 @@
+"""R1: a Hypothesis state machine drives the runtime and store on a real database.
+
+Rules: create, append (with and without expected_seq), stale append, save, fork at a random
+seq, restore, resume. The model is a plain dict of item lists. After every step:
+seqs are 1..N per session; the projection (fold of the whole ledger) equals live memory and
+the model; every snapshot equals the fold of the ledger up to its seq; a fork at k equals the
+parent's fold at k.
+
+The machine runs its own event loop and engine (Hypothesis drives it synchronously).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from app.runtime.accounts import Accounts
+from app.runtime.errors import SeqConflict
+from app.runtime.projector import fold
+from app.runtime.service import SessionRuntime
+from app.runtime.state import SessionState
+from app.settings import Settings
+from app.store.engine import make_engine
+from app.store.store import AgentSessionStore
+
+EXAMPLES = int(os.environ.get("ASR_R1_EXAMPLES", "60"))
+STEPS = int(os.environ.get("ASR_R1_STEPS", "30"))
+
+text = st.text(alphabet="abcxyz ", max_size=6)
+message = st.builds(
+    lambda role, content: {"type": "message", "role": role, "content": content},
+    st.sampled_from(["user", "assistant", "system"]),
+    text,
+)
+
+
+def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
+    class LedgerMachine(RuleBasedStateMachine):
+        sessions = Bundle("sessions")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.loop = asyncio.new_event_loop()
+            self.engine = make_engine(Settings(database_url=database_url))
+            self.store = AgentSessionStore(self.engine)
+            self.runtime = SessionRuntime(self.store)
+            self.model: dict[str, list[dict[str, Any]]] = {}
+            self.tenant = ""
+            self.counter = 0
+
+        def run(self, coro: Any) -> Any:
+            return self.loop.run_until_complete(coro)
+
+        def teardown(self) -> None:
+            self.run(self.engine.dispose())
+            self.loop.close()
+
+        @initialize()
+        def make_tenant(self) -> None:
+            name = f"r1-{os.getpid()}-{id(self)}-{self.counter}"
+            self.tenant = self.run(Accounts(self.store).create_tenant(name)).tenant_id
+
+        @rule(target=sessions)
+        def create(self) -> str:
+            self.counter += 1
+            sid = f"s{self.counter}"
+            self.run(
+                self.runtime.create(self.tenant, session_id=sid, metadata={}, agent={}, binding={})
+            )
+            self.model[sid] = []
+            return sid
+
+        @rule(sid=sessions, items=st.lists(message, min_size=1, max_size=3), guarded=st.booleans())
+        def append(self, sid: str, items: list[dict[str, Any]], guarded: bool) -> None:
+            expected = None
+            if guarded:
+                expected = self.run(self.runtime.get(self.tenant, sid)).last_seq
+            self.run(self.runtime.append_items(self.tenant, sid, items, expected_seq=expected))
+            self.model[sid].extend(items)
+
+        @rule(sid=sessions)
+        def append_stale(self, sid: str) -> None:
+            head = self.run(self.runtime.get(self.tenant, sid)).last_seq
+            with pytest.raises(SeqConflict):
+                self.run(
+                    self.runtime.append_items(
+                        self.tenant, sid, [{"type": "message", "role": "user", "content": "x"}],
+                        expected_seq=head - 1,
+                    )
+                )
+
+        @rule(sid=sessions)
+        def save(self, sid: str) -> None:
+            self.run(self.runtime.save(self.tenant, sid))
+
+        @rule(sid=sessions)
+        def resume(self, sid: str) -> None:
+            loaded = self.run(self.runtime.resume(self.tenant, sid))
+            assert loaded.state.items == self.model[sid]
+
+        @rule(target=sessions, sid=sessions, data=st.data())
+        def fork(self, sid: str, data: st.DataObject) -> str:
+            head = self.run(self.runtime.get(self.tenant, sid)).last_seq
+            at = data.draw(st.integers(1, head))
+            expected = self.run(self.runtime.state_at(self.tenant, sid, at))
+            self.counter += 1
+            child = f"s{self.counter}"
+            loaded = self.run(self.runtime.fork(self.tenant, sid, at_seq=at, new_session_id=child))
+            assert loaded.state.memory_json() == expected.memory_json()
+            # Independent check of "fork at k equals the parent's fold at k": fold from seq 1.
+            parent_events = self.run(self.store.list_events(self.tenant, sid, until_seq=at))
+            assert fold(None, parent_events).items == loaded.state.items
+            self.model[child] = list(loaded.state.items)
+            return child
+
+        @rule(sid=sessions, keep=st.integers(0, 3), extra=st.lists(message, max_size=2))
+        def restore(self, sid: str, keep: int, extra: list[dict[str, Any]]) -> None:
+            baseline = self.model[sid][:keep] + extra
+            recovery = {"memory": {"items": baseline, "summary": None}}
+            self.run(self.runtime.restore(self.tenant, sid, recovery))
+            self.model[sid] = list(baseline)
+
+        @precondition(lambda self: len(self.model) > 1)
+        @rule(sid=consumes(sessions))
+        def delete(self, sid: str) -> None:
+            self.run(self.runtime.delete(self.tenant, sid))
+            del self.model[sid]
+
+        @invariant()
+        def ledger_is_consistent(self) -> None:
+            for sid, items in self.model.items():
+                events = self.run(self.store.list_events(self.tenant, sid))
+                assert [e.seq for e in events] == list(range(1, len(events) + 1))
+                full = fold(None, events)
+                live = self.run(self.runtime.load(self.tenant, sid)).state
+                assert full.memory_json() == live.memory_json()
+                assert full.items == items
+                for snap in self.run(self.store.list_snapshots(self.tenant, sid)):
+                    upto = fold(None, [e for e in events if e.seq <= snap.seq])
+                    assert SessionState.from_json(snap.state) == upto
+
+    return LedgerMachine
+
+
+def test_r1_ledger_state_machine(database_url: str) -> None:
+    machine = make_machine(database_url)
+    machine.TestCase.settings = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    machine.TestCase().runTest()

@@ -1,0 +1,68 @@
+"""The `asr` command, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import ROOT, free_port
+
+
+def asr(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ASR_DATABASE_URL": database_url}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_tenant_and_key_commands(database_url: str) -> None:
+    name = f"cli-{os.getpid()}-{time.time_ns()}"
+    created = asr(database_url, "tenant", "create", name)
+    assert created.returncode == 0, created.stderr
+    again = asr(database_url, "tenant", "create", name)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    key = asr(database_url, "key", "create", "--tenant", name)
+    assert key.returncode == 0, key.stderr
+    raw = key.stdout.strip().splitlines()[-1]
+    assert raw.startswith("asr_")
+    listing = asr(database_url, "key", "list", "--tenant", name)
+    assert raw.split("_")[1] in listing.stdout and raw not in listing.stdout
+    assert asr(database_url, "key", "revoke", raw).returncode == 0
+    assert asr(database_url, "key", "revoke", raw).returncode == 1
+    missing = asr(database_url, "key", "create", "--tenant", "no-such-tenant")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_first_start_on_sqlite_migrates_and_prints_a_usable_key(tmp_path: Path) -> None:
+    """The README's first command, in an empty folder: `asr serve` on the default SQLite file."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASR_")}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        key = next(line for line in log.read_text().splitlines() if line.startswith("asr_"))
+        headers = {"Authorization": f"Bearer {key}"}
+        created = httpx.post(base + "/v1/sessions", json={}, headers=headers)
+        assert created.status_code == 201
+        assert (tmp_path / "asr.db").exists()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
