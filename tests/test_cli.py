@@ -17,7 +17,11 @@ def asr(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ASR_DATABASE_URL": database_url}
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -47,7 +51,9 @@ def test_first_start_on_sqlite_migrates_and_prints_a_usable_key(tmp_path: Path) 
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-            cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, stdout=out,
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": str(ROOT)},
+            stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:

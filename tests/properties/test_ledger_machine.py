@@ -98,7 +98,9 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             with pytest.raises(SeqConflict):
                 self.run(
                     self.runtime.append_items(
-                        self.tenant, sid, [{"type": "message", "role": "user", "content": "x"}],
+                        self.tenant,
+                        sid,
+                        [{"type": "message", "role": "user", "content": "x"}],
                         expected_seq=head - 1,
                     )
                 )
