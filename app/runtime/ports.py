@@ -171,3 +171,20 @@ class SessionStore(Protocol):
     ) -> None: ...
 
     async def release_idempotency_key(self, tenant_id: str, key: str) -> None: ...
+
+
+class LiveFrames(Protocol):
+    """Ephemeral frames (token and reasoning deltas) for live subscribers of this process.
+
+    They have no seq, are never persisted, and reach only subscribers connected to the
+    process that runs the model; committed events reach every replica through the bus.
+    """
+
+    def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None: ...
+
+
+class NoLiveFrames:
+    """The default when no bus is wired in: deltas go nowhere."""
+
+    def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None:
+        return None
