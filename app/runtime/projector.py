@@ -27,6 +27,34 @@ def _append_item(state: SessionState, payload: dict[str, Any]) -> None:
         state.items.append(item)
 
 
+def _tool_result(state: SessionState, payload: dict[str, Any]) -> None:
+    _append_item(state, payload)
+    item = payload.get("item") or {}
+    state.pending.pop(item.get("call_id", ""), None)
+
+
+def _tool_call(state: SessionState, payload: dict[str, Any]) -> None:
+    call_id = payload.get("call_id")
+    if call_id:
+        state.pending[call_id] = {
+            "name": payload.get("name"),
+            "arguments": payload.get("arguments", "{}"),
+            "kind": payload.get("kind", "server"),
+            "run_id": payload.get("run_id"),
+            "decision": None,
+        }
+
+
+def _approval_decided(state: SessionState, payload: dict[str, Any]) -> None:
+    call = state.pending.get(payload.get("call_id", ""))
+    if call is not None:
+        state.pending[payload["call_id"]] = {
+            **call,
+            "decision": payload.get("decision"),
+            "reason": payload.get("reason"),
+        }
+
+
 def _replace_tool_output(state: SessionState, payload: dict[str, Any]) -> None:
     # Replace the item rather than edit it: states and snapshots share item dicts.
     call_id = payload.get("call_id")
@@ -55,6 +83,7 @@ def _restore(state: SessionState, payload: dict[str, Any]) -> None:
     state.items = list(memory.get("items") or [])
     state.summary = memory.get("summary")
     state.max_items = baseline.get("max_items")
+    state.pending = {}  # the baseline replaces the calls those pending entries belonged to
 
 
 def _change_window(state: SessionState, payload: dict[str, Any]) -> None:
@@ -72,7 +101,9 @@ def _add_usage(state: SessionState, payload: dict[str, Any]) -> None:
 APPLY: dict[str, Apply] = {
     EventType.USER_INPUT: _append_item,
     EventType.MEMORY_ITEMS_APPENDED: _append_items,
-    EventType.TOOL_RESULT: _append_item,
+    EventType.TOOL_RESULT: _tool_result,
+    EventType.TOOL_CALL: _tool_call,
+    EventType.APPROVAL_DECIDED: _approval_decided,
     EventType.TOOL_OUTPUT_REPLACED: _replace_tool_output,
     EventType.MEMORY_COMPRESS: _compress,
     EventType.SESSION_RESTORED: _restore,

@@ -28,7 +28,9 @@ from app.runtime.metadata import check_metadata_size
 from app.runtime.ports import (
     AppendResult,
     IdempotencyClaim,
+    LiveFrames,
     NewSession,
+    NoLiveFrames,
     SessionRecord,
     SessionStore,
 )
@@ -56,9 +58,16 @@ class Loaded:
 
 
 class SessionRuntime:
-    def __init__(self, store: SessionStore, *, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        limits: Limits | None = None,
+        live: LiveFrames | None = None,
+    ) -> None:
         self.store = store
         self.limits = limits or Limits()
+        self.live: LiveFrames = live or NoLiveFrames()
         self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
 
     # ------------------------------------------------------------------ reading

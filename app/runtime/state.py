@@ -36,6 +36,9 @@ class SessionState:
     usage: dict[str, int] = field(default_factory=_zero_usage)
     last_compact: dict[str, Any] | None = None
     breaker: dict[str, Any] = field(default_factory=_closed_breaker)
+    # Tool calls waiting for an output: call_id -> {name, arguments, kind, run_id, decision}.
+    # kind is "server", "client" (the caller answers) or "approval" (needs a decision).
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def memory_json(self) -> dict[str, Any]:
         """Memory alone: what "projection equals live memory" compares."""
@@ -50,6 +53,7 @@ class SessionState:
             "usage": self.usage,
             "last_compact": self.last_compact,
             "breaker": self.breaker,
+            "pending": self.pending,
         }
 
     @classmethod
@@ -63,6 +67,7 @@ class SessionState:
             usage={**_zero_usage(), **(data.get("usage") or {})},
             last_compact=data.get("last_compact"),
             breaker={**_closed_breaker(), **(data.get("breaker") or {})},
+            pending={k: dict(v) for k, v in (data.get("pending") or {}).items()},
         )
 
     def copy(self) -> SessionState:
@@ -80,6 +85,7 @@ class SessionState:
             usage=dict(self.usage),
             last_compact=self.last_compact,
             breaker=dict(self.breaker),
+            pending={k: dict(v) for k, v in self.pending.items()},
         )
 
     def estimated_tokens(self) -> int:

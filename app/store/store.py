@@ -9,10 +9,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.accounts import AccountStore
 from app.store.idempotency import IdempotencyStore
-from app.store.ledger import LedgerStore
+from app.store.runs import RunStore
 
 
-class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore):
+class AgentSessionStore(RunStore, AccountStore, IdempotencyStore):
     """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
 
     def __init__(
