@@ -202,6 +202,8 @@ async def list_runs(session_id: str, tenant: TenantDep, runtime: RuntimeDep, run
 
 
 async def _owned_run(runs: RunManager, tenant_id: str, session_id: str, run_id: str) -> RunRecord:
+    # The session first: another tenant's session is "session not found" on every route.
+    await runs.runtime.get(tenant_id, session_id)
     run = await runs.store.get_run(tenant_id, run_id)
     if run is None or run.session_id != session_id:
         raise RunNotFound(run_id)
