@@ -123,3 +123,57 @@ async def test_r12_a_paused_owner_cannot_write_after_takeover(
         ok = await on_a.post(f"/v1/sessions/{sid}/runs", json={"input": "after"})
         assert ok.json()["stop_reason"] == "COMPLETED"
     assert "Traceback" not in a.log()
+
+
+async def test_r5_kill_at_random_points_of_a_long_run(
+    database_url: str, tmp_path: Path, tenant: TenantKey
+) -> None:
+    """R5 (short form: 5 kills): a 30-turn run is killed at a random seq; after the lease
+    expires the other replica closes it; nothing committed is lost, no gap, one terminal."""
+    import random
+
+    rng = random.Random(5)
+    survivor = start_server(database_url, tmp_path / "survivor.log", **FAST_LEASE)
+    try:
+        async with httpx.AsyncClient(
+            base_url=survivor.base_url, headers=tenant.headers, timeout=30
+        ) as on_b:
+            for attempt in range(5):
+                victim = start_server(database_url, tmp_path / f"victim{attempt}.log", **FAST_LEASE)
+                async with httpx.AsyncClient(
+                    base_url=victim.base_url, headers=tenant.headers, timeout=30
+                ) as on_a:
+                    sid = (
+                        await on_a.post(
+                            "/v1/sessions",
+                            json={"agent": {"max_auto_followups": 40, "max_total_turns": 40}},
+                        )
+                    ).json()["session_id"]
+                    run_id = (
+                        await on_a.post(
+                            f"/v1/sessions/{sid}/runs",
+                            json={"input": "[continue:30] [sleep:60]", "mode": "background"},
+                        )
+                    ).json()["run_id"]
+                    k = rng.randint(5, 45)
+
+                    async def reached(k: int = k, sid: str = sid) -> list[dict] | None:
+                        seen = await events_of(on_b, sid)
+                        return seen if seen and seen[-1]["seq"] >= k else None
+
+                    seen = await wait_for(reached, within=20, step=0.02)
+                    victim.process.send_signal(signal.SIGKILL)
+                    victim.process.wait(timeout=10)
+
+                async def closed(sid: str = sid, run_id: str = run_id) -> bool:
+                    run = (await on_b.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
+                    return run["status"] in ("interrupted", "finished")
+
+                await wait_for(closed, within=10)
+                after = await events_of(on_b, sid)
+                assert after[: len(seen)] == seen
+                assert [e["seq"] for e in after] == list(range(1, len(after) + 1))
+                assert [e["type"] for e in after].count("RUN_FINISHED") == 1
+                assert (await on_b.get(f"/v1/sessions/{sid}/projection")).json()["equals_live"]
+    finally:
+        stop_server(survivor)
