@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import events, ops, runs, sessions
+from app.api import events, memory, ops, runs, sessions
 from app.api.limits import BodyLimitMiddleware
 from app.api.problems import install_problem_handlers
 from app.runtime.accounts import Accounts
@@ -99,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(sessions.router)
+    app.include_router(memory.router)
     app.include_router(runs.router)
     app.include_router(runs.oneshot)
     app.include_router(events.router)

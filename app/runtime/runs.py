@@ -21,6 +21,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from app.runtime.agent import AgentSpec
+from app.runtime.compact import auto_compact
+from app.runtime.compaction import ModelSummarizer, ScriptedSummarizer, Summarizer
+from app.runtime.context import budget_of
 from app.runtime.errors import (
     AgentSessionError,
     NothingPending,
@@ -218,7 +221,16 @@ class RunManager:
             max_wall_seconds=limits.get("max_wall_seconds") or spec.max_wall_seconds,
             max_tokens=limits.get("max_tokens") or spec.max_tokens,
             on_tool_error=request.on_tool_error or spec.on_tool_error,
+            compaction=spec.compaction,
+            summarizer=self.summarizer_for(agent),
+            context_budget=budget_of(spec.max_input_tokens, spec.reserved_output_tokens),
         )
+
+    def summarizer_for(self, agent: dict[str, Any]) -> Summarizer:
+        spec = AgentSpec.model_validate(agent or {})
+        if spec.provider == "scripted":
+            return ScriptedSummarizer()
+        return ModelSummarizer(self.models[spec.provider], spec.model)
 
     def model_for(self, agent: dict[str, Any]) -> ModelClient:
         provider = AgentSpec.model_validate(agent or {}).provider
@@ -253,6 +265,9 @@ class RunManager:
             )
             outcome = await controller.run()
             await self._finish(run, live, outcome, controller)
+            await auto_compact(
+                self.runtime, run.tenant_id, run.session_id, self.summarizer_for(session.agent)
+            )
         except RunFenced:
             pass  # taken over: whoever fenced the run writes its end
         except Exception as exc:  # a bug or an unexpected failure: the run fails, visibly

@@ -215,6 +215,16 @@ class SessionRuntime:
         )
         return result.session
 
+    async def change_window(
+        self, tenant_id: str, session_id: str, max_items: int | None
+    ) -> AppendResult:
+        """Set (or, with None, remove) the memory window: WINDOW_CHANGED."""
+        return await self.store.append_events(
+            tenant_id,
+            session_id,
+            events=[NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items})],
+        )
+
     async def append_items(
         self,
         tenant_id: str,
