@@ -197,7 +197,7 @@ class ScriptedSummarizer:
         if any("[fail-summary]" in t for t in texts):
             raise CompactionFailed("the scripted summarizer was told to fail ([fail-summary])")
         lines = [
-            f"{i.get('role', i.get('type'))}: {' '.join(t.split()[:6])}"
+            f"{i.get('role', i.get('type'))}: {' '.join(t.split()[:6])[:60]}"
             for i, t in zip(items, texts, strict=True)
         ]
         head = f"{previous} | " if previous else ""
