@@ -10,18 +10,25 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
+from app.api import delegation as delegation_api
 from app.api import events, memory, ops, runs, sessions
+from app.api import processes as processes_api
+from app.api import tools as tools_api
 from app.api.limits import BodyLimitMiddleware
 from app.api.problems import install_problem_handlers
 from app.runtime.accounts import Accounts
+from app.runtime.delegation import Delegator, delegate_tool
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
+from app.runtime.processes import ProcessManager, shell_tool
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.tools import ToolRegistry
+from app.runtime.workspace import ProcessPolicy, split_names
 from app.settings import Settings, get_settings
 from app.store.engine import make_engine
 from app.store.store import AgentSessionStore
@@ -59,6 +66,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
         )
         app.state.runtime = runtime
+        tools = ToolRegistry()
+        processes = build_processes(settings, runtime)
+        if processes is not None:
+            tools.register(shell_tool(processes))
+        delegator = Delegator(
+            runtime,
+            max_depth=settings.delegation_max_depth,
+            wait_seconds=settings.delegation_timeout_seconds,
+        )
+        tools.register(
+            delegate_tool(delegator, timeout_seconds=settings.delegation_timeout_seconds + 5)
+        )
+        app.state.tools = tools
+        app.state.processes = processes
+        app.state.delegator = delegator
         runs = RunManager(
             runtime,
             store,
@@ -71,11 +93,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     timeout=settings.openai_timeout_seconds,
                 ),
             },
-            tools=ToolRegistry(),
+            tools=tools,
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
         )
         app.state.runs = runs
+        delegator.attach(runs)
         if settings.bootstrap_default_tenant:
             key = await app.state.accounts.bootstrap()
             if key is not None:
@@ -87,6 +110,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await runs.shutdown(grace_seconds=5.0)
+            if processes is not None:
+                await processes.shutdown()  # records each one before the store closes
             await engine.dispose()
 
     app = FastAPI(
@@ -102,9 +127,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(memory.router)
     app.include_router(runs.router)
     app.include_router(runs.oneshot)
+    app.include_router(processes_api.router)
+    app.include_router(delegation_api.router)
+    app.include_router(tools_api.router)
     app.include_router(events.router)
     app.include_router(ops.router)
     return app
+
+
+def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManager | None:
+    """The process plane, or None when it is off (then the shell tool does not exist)."""
+    if not settings.processes_enabled:
+        return None
+    secrets = (
+        settings.openai_api_key.get_secret_value(),
+        urlsplit(settings.database_url).password or "",
+    )
+    policy = ProcessPolicy(
+        root=settings.workspace_root,
+        allowlist=split_names(settings.process_allowlist),
+        denylist=split_names(settings.process_denylist),
+        max_runtime_seconds=settings.process_max_runtime_seconds,
+        max_output_bytes=settings.process_max_output_bytes,
+        max_live_per_tenant=settings.process_max_live_per_tenant,
+        persisted_output_bytes=settings.process_persisted_output_bytes,
+        path=settings.process_path,
+        secrets=tuple(s for s in secrets if len(s) >= 4),
+    )
+    return ProcessManager(runtime, policy)
 
 
 def configure_logging(level: str) -> None:

@@ -7,6 +7,7 @@ build their own instead of patching the environment.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -58,6 +59,50 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr = Field(default=SecretStr(""), description="Never logged or stored.")
     openai_model: str = Field(default="gpt-4o-mini", description="Default model name.")
     openai_timeout_seconds: float = Field(default=60.0, gt=0)
+    processes_enabled: bool = Field(
+        default=False,
+        description="The process plane: the `shell` tool and the processes routes (off: 404).",
+    )
+    workspace_root: Path = Field(
+        default=Path("./workspaces"),
+        description="Processes run in <root>/<tenant_id>/<binding.workspace or session id>.",
+    )
+    process_allowlist: str = Field(
+        default="sleep,echo,cat,ls,python3,printf,yes,true,false",
+        description="Programs the shell tool may start, comma-separated; empty = any program "
+        "not on the denylist.",
+    )
+    process_denylist: str = Field(
+        default="", description="Programs never started, comma-separated (checked first)."
+    )
+    process_max_runtime_seconds: float = Field(
+        default=300.0, gt=0, le=86_400, description="A process is killed after this."
+    )
+    process_max_output_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="Captured output per process; past it the process is killed.",
+    )
+    process_persisted_output_bytes: int = Field(
+        default=16_384,
+        ge=0,
+        le=1_048_576,
+        description="Tail of the output kept in PROCESS_EXITED (readable after a restart).",
+    )
+    process_max_live_per_tenant: int = Field(
+        default=4, ge=1, description="Live processes per tenant on one server (429 beyond)."
+    )
+    process_path: str = Field(
+        default="/usr/local/bin:/usr/bin:/bin",
+        description="PATH of started processes (their whole environment is rebuilt).",
+    )
+    delegation_max_depth: int = Field(
+        default=3, ge=0, le=32, description="Longest parent chain a delegated child may have."
+    )
+    delegation_timeout_seconds: float = Field(
+        default=300.0, gt=0, description="Longest a `delegate` call waits for its child's run."
+    )
     bootstrap_default_tenant: bool = Field(
         default=True, description="On first start with no tenant, create `default` and print a key."
     )
@@ -69,6 +114,16 @@ class Settings(BaseSettings):
         # later and far less clearly.
         if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
             raise ValueError("database_url must use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @field_validator("process_allowlist", "process_denylist")
+    @classmethod
+    def _program_names(cls, value: str) -> str:
+        # Programs are matched by bare name; a path here could never match and would only
+        # mislead whoever reads the configuration.
+        for name in (part.strip() for part in value.split(",")):
+            if name and ("/" in name or not name.isprintable() or " " in name):
+                raise ValueError(f"{name!r} is not a program name")
         return value
 
     @property

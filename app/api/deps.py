@@ -8,8 +8,12 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.runtime.accounts import Accounts, Principal
+from app.runtime.delegation import Delegator
+from app.runtime.errors import ProcessesDisabled
+from app.runtime.processes import ProcessManager
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
+from app.runtime.tools import ToolRegistry
 from app.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
@@ -31,6 +35,29 @@ async def get_accounts(request: Request) -> Accounts:
     return request.app.state.accounts
 
 
+async def get_processes(
+    request: Request, session_id: str, tenant: TenantDep, runtime: RuntimeDep
+) -> ProcessManager:
+    """The process manager, once the session is known to be the caller's.
+
+    The session comes first, so another tenant's session is `session_not_found` on these
+    routes as on every other; then, with the process plane off, `processes_disabled` (404).
+    """
+    await runtime.get(tenant.tenant_id, session_id)
+    manager: ProcessManager | None = request.app.state.processes
+    if manager is None:
+        raise ProcessesDisabled()
+    return manager
+
+
+async def get_delegator(request: Request) -> Delegator:
+    return request.app.state.delegator
+
+
+async def get_tools(request: Request) -> ToolRegistry:
+    return request.app.state.tools
+
+
 async def get_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -45,6 +72,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
+ProcessesDep = Annotated[ProcessManager, Depends(get_processes)]
+DelegatorDep = Annotated[Delegator, Depends(get_delegator)]
+ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]
 IdempotencyKey = Annotated[
     str | None,
     Header(

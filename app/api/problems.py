@@ -35,6 +35,7 @@ STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
     (e.VersionConflict, 412, "Precondition failed"),
     (e.Conflict, 409, "Conflict"),
     (e.PayloadTooLarge, 413, "Payload too large"),
+    (e.TooManyProcesses, 429, "Too many requests"),
     (e.InvalidRequest, 422, "Invalid request"),
 ]
 
@@ -81,10 +82,18 @@ def _status_of(exc: e.AgentSessionError) -> tuple[int, str]:
     return 400, "Bad request"
 
 
+def _headers_of(exc: e.AgentSessionError, status: int) -> dict[str, str] | None:
+    if status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if status == 429:
+        return {"Retry-After": str(exc.extra.get("retry_after", 1))}
+    return None
+
+
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, e.AgentSessionError)
     status, title = _status_of(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = _headers_of(exc, status)
     return problem_response(
         request,
         status=status,
@@ -183,5 +192,6 @@ _DESCRIPTIONS = {
     412: "If-Match does not name the current version",
     413: "Request body too large",
     422: "Invalid request",
+    429: "Too many requests for this tenant; retry after Retry-After seconds",
     502: "The model or summarizer failed",
 }

@@ -58,8 +58,11 @@ class ForkRequest(_Request):
     session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN)
     metadata: dict[str, Any] | None = Field(default=None, description="Default: the parent's.")
     binding: dict[str, Any] | None = Field(
-        default=None, description="Rebind the child explicitly; default: the parent's binding."
+        default=None,
+        description="Default: the parent's binding. A different one needs rebind=true, "
+        "else 409 binding_mismatch.",
     )
+    rebind: bool = Field(default=False, description="Bind the child to `binding` instead.")
 
 
 class RestoreRequest(_Request):
@@ -93,6 +96,7 @@ class Counts(BaseModel):
     messages: int
     function_calls: int
     function_call_outputs: int
+    processes: int = Field(default=0, description="Background processes the session has had.")
 
 
 class SessionSummary(BaseModel):
@@ -318,3 +322,91 @@ class ContextRead(BaseModel):
     report: dict[str, Any]
     items: list[dict[str, Any]]
     summary: str | None
+
+
+# ---------------------------------------------------------------------- processes
+
+
+class ProcessCreate(_Request):
+    command: str = Field(
+        min_length=1,
+        max_length=8192,
+        description="One command line, split like a POSIX shell would but run without one; "
+        "its program must be allowed by name.",
+    )
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="Kill it sooner than the server's max runtime."
+    )
+    stdin: str | None = Field(
+        default=None, max_length=65_536, description="Written to stdin, which is then closed."
+    )
+
+
+class ProcessRead(BaseModel):
+    process_id: str
+    session_id: str
+    pid: int | None = Field(description="The OS process id (on the replica that ran it).")
+    command: list[str]
+    workspace: str | None
+    run_id: str | None
+    status: Literal["running", "exited", "restored"] = Field(
+        description="restored: it no longer runs here (service restarted, fork, import); "
+        "its last known output is still readable."
+    )
+    exit_code: int | None
+    reason: str | None = Field(
+        description="Why it ended: exited, stopped, timeout, output_cap, service_stopped, forked."
+    )
+    output_bytes: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    live: bool = Field(description="It runs, or just ended, in this server process.")
+
+
+class ProcessList(BaseModel):
+    data: list[ProcessRead]
+
+
+class ProcessLogs(BaseModel):
+    process_id: str
+    status: str
+    offset: int = Field(description="Byte offset of `data` in the captured output.")
+    next_offset: int = Field(description="Pass as offset to read on.")
+    size: int = Field(description="Bytes captured so far.")
+    eof: bool = Field(description="Everything is read and the process no longer runs.")
+    data: str
+
+
+class StdinWrite(_Request):
+    data: str = Field(default="", max_length=65_536)
+    eof: bool = Field(default=False, description="Close stdin after writing.")
+
+
+class StdinRead(BaseModel):
+    process_id: str
+    bytes_written: int
+    eof: bool
+
+
+# --------------------------------------------------------------------- delegation
+
+
+class DelegateCreate(_Request):
+    input: str = Field(min_length=1, max_length=1_000_000, description="The child's input.")
+    agent: AgentSpec | None = Field(default=None, description="Default: the caller's agent.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class DelegateRead(BaseModel):
+    session: SessionSummary = Field(description="The child session.")
+    run: RunRead = Field(description="The child's run, ended (mode wait).")
+
+
+class ToolRead(BaseModel):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolList(BaseModel):
+    data: list[ToolRead]

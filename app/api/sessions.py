@@ -268,6 +268,7 @@ async def fork_session(
             new_session_id=fork.session_id,
             metadata=fork.metadata,
             binding=fork.binding,
+            rebind=fork.rebind,
         )
         return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
 

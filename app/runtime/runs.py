@@ -38,7 +38,7 @@ from app.runtime.models.base import ModelClient, ToolSpec
 from app.runtime.ports import AppendResult, RunFinish, RunRecord
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
-from app.runtime.tools import ToolRegistry
+from app.runtime.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger("app.runs")
 T = TypeVar("T")
@@ -262,6 +262,7 @@ class RunManager:
                 write=lambda events, progress: self._write(run, live, events, progress),
                 load=lambda: self._state(run),
                 publish=lambda frame: self._publish(run, live, frame),
+                context=ToolContext(run.tenant_id, run.session_id, run.run_id),
             )
             outcome = await controller.run()
             await self._finish(run, live, outcome, controller)
@@ -541,8 +542,10 @@ class _InterruptibleTools(ToolRegistry):
     def get(self, name: str) -> Any:
         return self.inner.get(name)
 
-    async def execute(self, tool: Any, raw_arguments: str) -> str:
-        return await race(self.inner.execute(tool, raw_arguments), self.interrupted)
+    async def execute(
+        self, tool: Any, raw_arguments: str, context: ToolContext | None = None
+    ) -> str:
+        return await race(self.inner.execute(tool, raw_arguments, context), self.interrupted)
 
 
 async def race(coro: Coroutine[Any, Any, T], interrupted: asyncio.Event) -> T:
