@@ -163,10 +163,15 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
+# Any route may answer these: malformed JSON or bad parameters, a missing key, a body over
+# the cap (only routes with a body get one, but documenting it everywhere is harmless).
+ALWAYS = (400, 401, 413, 422)
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries for the problem statuses a route can answer."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
+    for status in sorted({*statuses, *ALWAYS}):
         out[status] = {
             "model": Problem,
             "description": _DESCRIPTIONS.get(status, "Problem"),
