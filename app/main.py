@@ -19,6 +19,7 @@ from app.api.problems import install_problem_handlers
 from app.runtime.accounts import Accounts
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
+from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.tools import ToolRegistry
@@ -41,11 +42,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings)
+        redactor = Redactor(settings.redact_patterns)
         store = AgentSessionStore(
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
+            max_event_bytes=settings.max_event_bytes,
+            redactor=redactor,
         )
         app.state.store = store
         app.state.accounts = Accounts(store)
@@ -74,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             tools=ToolRegistry(),
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
+            redactor=redactor,
         )
         app.state.runs = runs
         if settings.bootstrap_default_tenant:

@@ -36,6 +36,7 @@ from app.runtime.events import EventType, NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.models.base import ModelClient, ToolSpec
 from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.runtime.redaction import Redactor
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
 from app.runtime.tools import ToolRegistry
@@ -105,7 +106,9 @@ class RunManager:
         lease_seconds: float = 30.0,
         sweep_seconds: float = 5.0,
         queue_poll_seconds: float = 0.1,
+        redactor: Redactor | None = None,
     ) -> None:
+        self.redactor = redactor or Redactor()
         self.runtime = runtime
         self.store = store
         self.models = models
@@ -331,6 +334,9 @@ class RunManager:
         return (await self.runtime.load(run.tenant_id, run.session_id)).state
 
     def _publish(self, run: RunRecord, live: _Live, frame: dict[str, Any]) -> None:
+        # Deltas are never stored, but they reach people: they pass the same redaction.
+        # (A secret split across two deltas is not caught here; the stored answer is.)
+        frame = self.redactor.value(frame)
         self.runtime.live.publish_ephemeral(run.tenant_id, run.session_id, frame)
         for queue in live.listeners:
             queue.put_nowait(("delta", frame))

@@ -342,7 +342,7 @@ class SessionRuntime:
             events=[forked],
             snapshot_state=child_state.to_json(),
         )
-        return self._after_write(result, child_state)
+        return self._after_write(result, fold(base, result.events))
 
     # -------------------------------------------------------------- idempotency
 
@@ -402,7 +402,7 @@ class SessionRuntime:
                 if if_match is not None:
                     raise
                 continue
-            return self._after_write(result, after)
+            return self._after_write(result, fold(loaded.state, result.events))
         raise SeqConflict(-1, -1)
 
     def _after_write(self, result: AppendResult, state: SessionState) -> Loaded:

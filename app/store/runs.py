@@ -82,8 +82,8 @@ class RunStore(LedgerStore):
             "run_id": run_id or f"run_{uuid.uuid4().hex}",
             "session_id": session_id,
             "status": "queued",
-            "input": input,
-            "options": options,
+            "input": self.redactor.value(input),
+            "options": self.redactor.value(options),
             "usage": {},
             "turns": 0,
             "epoch": 1,
@@ -262,8 +262,8 @@ class RunStore(LedgerStore):
                 run_values.update(
                     status=finish.status,
                     stop_reason=finish.stop_reason,
-                    output=finish.output,
-                    error=finish.error,
+                    output=self.redactor.value(finish.output),
+                    error=self.redactor.value(finish.error),
                     finished_at=now,
                     lease_expires_at=None,
                 )

@@ -101,9 +101,7 @@ async def test_budgets_stop_a_run_with_budget_exceeded(http: httpx.AsyncClient) 
     assert calls["stop_reason"] == "BUDGET_EXCEEDED"
     tokens = await run(http, sid, input=tool, limits={"max_tokens": 1})
     assert tokens["stop_reason"] == "BUDGET_EXCEEDED"
-    stops = [
-        e["payload"] for e in await assert_ledger_sound(http, sid) if e["type"] == "AUTO_STOP"
-    ]
+    stops = [e["payload"] for e in await assert_ledger_sound(http, sid) if e["type"] == "AUTO_STOP"]
     assert [s["budget"] for s in stops] == ["tool_calls", "tokens"]
 
 
