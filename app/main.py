@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_inline_bytes=settings.max_inline_bytes,
                 max_metadata_bytes=settings.max_metadata_bytes,
                 snapshot_every=settings.snapshot_every,
+                max_sessions_per_tenant=settings.max_sessions_per_tenant,
             ),
         )
         app.state.runtime = runtime
@@ -79,6 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
             redactor=redactor,
+            max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
+            max_runs_per_minute=settings.max_runs_per_minute,
         )
         app.state.runs = runs
         if settings.bootstrap_default_tenant:

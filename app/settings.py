@@ -45,6 +45,13 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Extra regexes (JSON list) whose matches are redacted before persistence.",
     )
+    max_sessions_per_tenant: int = Field(default=100_000, ge=1)
+    max_live_runs_per_tenant: int = Field(
+        default=32, ge=1, description="Active or queued runs per tenant, on all replicas (429)."
+    )
+    max_runs_per_minute: int = Field(
+        default=600, ge=1, description="Runs a tenant may start per minute on one replica (429)."
+    )
     page_limit_max: int = Field(default=1000, ge=1)
     idempotency_ttl_seconds: int = Field(default=86_400, ge=86_400)
     idempotency_lock_seconds: int = Field(

@@ -20,6 +20,7 @@ from app.runtime.errors import (
     InvalidItems,
     SeqConflict,
     SessionNotFound,
+    TooManyRequests,
     VersionConflict,
 )
 from app.runtime.events import Event, EventType, NewEvent
@@ -47,6 +48,7 @@ class Limits:
     max_inline_bytes: int = 262_144
     max_metadata_bytes: int = 16_384
     snapshot_every: int = 200
+    max_sessions_per_tenant: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +182,12 @@ class SessionRuntime:
         max_items: int | None = None,
     ) -> Loaded:
         check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
+        if await self.store.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
+            raise TooManyRequests(
+                f"a tenant may hold at most {self.limits.max_sessions_per_tenant} sessions",
+                retry_after=60,
+                code="too_many_sessions",
+            )
         new = NewSession(
             session_id=session_id or str(uuid.uuid4()),
             metadata=metadata,

@@ -160,6 +160,13 @@ class LedgerStore(StoreBase):
             rows = (await conn.execute(stmt.limit(limit))).all()
         return [session_from_row(r) for r in rows]
 
+    async def count_sessions(self, tenant_id: str) -> int:
+        async with self.read() as conn:
+            stmt = (
+                select(func.count()).select_from(sessions).where(sessions.c.tenant_id == tenant_id)
+            )
+            return int((await conn.execute(stmt)).scalar_one())
+
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Erase the session, its events and its snapshots. False if there was none."""
         key = (tenant_id, session_id)
