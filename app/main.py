@@ -25,6 +25,7 @@ from app.runtime.delegation import Delegator, delegate_tool
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.processes import ProcessManager, shell_tool
+from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.tools import ToolRegistry
@@ -48,11 +49,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings)
+        redactor = Redactor(settings.redact_patterns)
         store = AgentSessionStore(
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
+            max_event_bytes=settings.max_event_bytes,
+            redactor=redactor,
         )
         app.state.store = store
         app.state.accounts = Accounts(store)
@@ -63,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_inline_bytes=settings.max_inline_bytes,
                 max_metadata_bytes=settings.max_metadata_bytes,
                 snapshot_every=settings.snapshot_every,
+                max_sessions_per_tenant=settings.max_sessions_per_tenant,
             ),
         )
         app.state.runtime = runtime
@@ -96,6 +101,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             tools=tools,
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
+            redactor=redactor,
+            max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
+            max_runs_per_minute=settings.max_runs_per_minute,
         )
         app.state.runs = runs
         delegator.attach(runs)

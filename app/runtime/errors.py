@@ -26,8 +26,9 @@ knows about HTTP.
     │   ├── WorkspaceOutsideRoot     (a workspace name that would leave the root)
     │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
     │   └── PayloadTooLarge
+    ├── TooManyRequests          (429, with Retry-After)
+    │   └── TooManyProcesses     (the tenant's live processes on this server)
     ├── Unauthorized
-    ├── TooManyProcesses             (the tenant's cap on live processes; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
 """
 
@@ -223,21 +224,19 @@ class DelegationTooDeep(InvalidRequest):
         )
 
 
-class TooManyProcesses(AgentSessionError):
-    """The tenant's cap on live processes on this server; HTTP 429 with Retry-After."""
-
-    code = "too_many_processes"
-
-    def __init__(self, limit: int, retry_after: int) -> None:
-        super().__init__(
-            f"this tenant already has {limit} live processes on this server",
-            limit=limit,
-            retry_after=retry_after,
-        )
-
-
 class PayloadTooLarge(AgentSessionError):
     code = "payload_too_large"
+
+
+class TooManyRequests(AgentSessionError):
+    """A per-tenant cap was hit; `retry_after` (seconds) becomes the Retry-After header."""
+
+    code = "rate_limited"
+
+    def __init__(self, detail: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(detail, retry_after=retry_after)
+        if code is not None:
+            self.code = code
 
 
 class Unauthorized(AgentSessionError):
@@ -246,3 +245,15 @@ class Unauthorized(AgentSessionError):
     def __init__(self) -> None:
         # One message for unknown, malformed and revoked keys: no oracle for which it was.
         super().__init__("missing or invalid API key")
+
+
+class TooManyProcesses(TooManyRequests):
+    """The tenant's cap on live processes on this server."""
+
+    code = "too_many_processes"
+
+    def __init__(self, limit: int, retry_after: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} live processes on this server",
+            retry_after=retry_after,
+        )

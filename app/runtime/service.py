@@ -21,6 +21,7 @@ from app.runtime.errors import (
     InvalidRequest,
     SeqConflict,
     SessionNotFound,
+    TooManyRequests,
     VersionConflict,
 )
 from app.runtime.events import Event, EventType, NewEvent
@@ -48,6 +49,7 @@ class Limits:
     max_inline_bytes: int = 262_144
     max_metadata_bytes: int = 16_384
     snapshot_every: int = 200
+    max_sessions_per_tenant: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +189,12 @@ class SessionRuntime:
         from its root; its timeline is its own ledger, starting empty.
         """
         check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
+        if await self.store.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
+            raise TooManyRequests(
+                f"a tenant may hold at most {self.limits.max_sessions_per_tenant} sessions",
+                retry_after=60,
+                code="too_many_sessions",
+            )
         new = NewSession(
             session_id=session_id or str(uuid.uuid4()),
             metadata=metadata,
@@ -371,7 +379,7 @@ class SessionRuntime:
             events=[forked],
             snapshot_state=child_state.to_json(),
         )
-        return self._after_write(result, child_state)
+        return self._after_write(result, fold(base, result.events))
 
     # -------------------------------------------------------------- idempotency
 
@@ -431,7 +439,7 @@ class SessionRuntime:
                 if if_match is not None:
                     raise
                 continue
-            return self._after_write(result, after)
+            return self._after_write(result, fold(loaded.state, result.events))
         raise SeqConflict(-1, -1)
 
     def _after_write(self, result: AppendResult, state: SessionState) -> Loaded:

@@ -35,7 +35,7 @@ from app.runtime.compact import compact_session
 from app.runtime.compaction import ScriptedSummarizer
 from app.runtime.errors import SeqConflict
 from app.runtime.models.scripted import ScriptedModel
-from app.runtime.projector import fold
+from app.runtime.projector import evict_to_window, fold
 from app.runtime.runs import RunManager, RunRequest
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
@@ -69,6 +69,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
                 self.runtime, self.store, models={"scripted": ScriptedModel()}, tools=ToolRegistry()
             )
             self.model: dict[str, list[dict[str, Any]]] = {}
+            self.windows: dict[str, int | None] = {}
             self.tenant = ""
             self.counter = 0
 
@@ -100,7 +101,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             if guarded:
                 expected = self.run_sync(self.runtime.get(self.tenant, sid)).last_seq
             self.run_sync(self.runtime.append_items(self.tenant, sid, items, expected_seq=expected))
-            self.model[sid].extend(items)
+            self.model[sid] = evict_to_window(self.model[sid] + items, self.windows.get(sid))
 
         @rule(sid=sessions)
         def append_stale(self, sid: str) -> None:
@@ -139,6 +140,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             parent_events = self.run_sync(self.store.list_events(self.tenant, sid, until_seq=at))
             assert fold(None, parent_events).items == loaded.state.items
             self.model[child] = list(loaded.state.items)
+            self.windows[child] = expected.max_items
             return child
 
         @rule(sid=sessions, keep=st.integers(0, 3), extra=st.lists(message, max_size=2))
@@ -147,6 +149,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             recovery = {"memory": {"items": baseline, "summary": None}}
             self.run_sync(self.runtime.restore(self.tenant, sid, recovery))
             self.model[sid] = list(baseline)
+            self.windows.pop(sid, None)  # the recovery object carries no window
 
         @precondition(lambda self: len(self.model) > 1)
         @rule(sid=consumes(sessions))
@@ -186,7 +189,8 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         @rule(sid=sessions, window=st.one_of(st.none(), st.integers(1, 5)))
         def window(self, sid: str, window: int | None) -> None:
             self.run_sync(self.runtime.change_window(self.tenant, sid, window))
-            self.resync(sid)
+            self.windows[sid] = window
+            self.model[sid] = evict_to_window(self.model[sid], window)
 
         def run_blocked(self, sid: str) -> bool:
             state = self.run_sync(self.runtime.load(self.tenant, sid)).state
@@ -213,6 +217,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
     return LedgerMachine
 
 
+@pytest.mark.timeout(1500)
 def test_r1_ledger_state_machine(database_url: str) -> None:
     machine = make_machine(database_url)
     machine.TestCase.settings = settings(
