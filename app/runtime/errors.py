@@ -172,7 +172,7 @@ class ProcessNotRunning(Conflict):
     code = "process_not_running"
 
     def __init__(self, process_id: str, status: str) -> None:
-        super().__init__(f"process {process_id!r} is {status}, not running", status=status)
+        super().__init__(f"process {process_id!r} is {status}, not running", process_status=status)
 
 
 class IdempotencyInFlight(Conflict):

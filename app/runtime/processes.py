@@ -294,11 +294,15 @@ class ProcessManager:
 
     async def list(self, tenant_id: str, session_id: str) -> list[dict[str, Any]]:
         """Every process of the session: live ones here, and the ledger's history."""
+        # Live ones first: one that ends while the state loads is still reported from memory,
+        # not as a ledger entry older than its PROCESS_EXITED (which would read "restored").
+        live = [
+            p for p in self._live.values() if (p.tenant_id, p.session_id) == (tenant_id, session_id)
+        ]
         state = (await self.runtime.load(tenant_id, session_id)).state
         views = {pid: self._view_known(session_id, known) for pid, known in state.processes.items()}
-        for process in self._live.values():
-            if (process.tenant_id, process.session_id) == (tenant_id, session_id):
-                views[process.process_id] = self._view_live(process)
+        for process in live:
+            views[process.process_id] = self._view_live(process)
         return sorted(views.values(), key=lambda v: (v["started_at"] or "", v["process_id"]))
 
     async def get(self, tenant_id: str, session_id: str, process_id: str) -> dict[str, Any]:
@@ -313,8 +317,8 @@ class ProcessManager:
         self, tenant_id: str, session_id: str, process_id: str
     ) -> tuple[_Process | None, dict[str, Any] | None]:
         """(the live process, its ledger snapshot); one of them at least, else not found."""
+        live = self._live.get((tenant_id, session_id, process_id))  # before the await: see list
         state = (await self.runtime.load(tenant_id, session_id)).state
-        live = self._live.get((tenant_id, session_id, process_id))
         known = state.processes.get(process_id)
         if live is None and known is None:
             raise ProcessNotFound(process_id)
@@ -405,7 +409,7 @@ class ProcessManager:
         if status == "running":
             status = "restored"  # the ledger says running, but it does not run here any more
         return {
-            "process_id": known["process_id"],
+            "process_id": known.get("process_id"),
             "session_id": session_id,
             "pid": known.get("pid"),
             "command": list(known.get("command") or []),
@@ -430,9 +434,11 @@ class ProcessManager:
         Raises:
             SessionNotFound, ProcessNotFound, ProcessNotRunning.
         """
-        view = await self.get(tenant_id, session_id, process_id)
-        process = self._live.get((tenant_id, session_id, process_id))
+        process, known = await self._lookup(tenant_id, session_id, process_id)
         if process is None or process.ended.is_set() or process.proc is None:
+            view = (
+                self._view_live(process) if process else self._view_known(session_id, known or {})
+            )
             raise ProcessNotRunning(process_id, view["status"])
         stream = process.proc.stdin
         if stream is None or process.stdin_closed:
