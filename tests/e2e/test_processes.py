@@ -325,15 +325,21 @@ def restartable(database_url: str, tmp_path: Path) -> Iterator[list[Server]]:
             stop_server(server)
 
 
-async def test_restart_while_a_process_runs_reports_it_restored(
+async def test_restart_and_crash_while_processes_run_report_them_restored(
     database_url: str, tmp_path: Path, tenant: TenantKey, restartable: list[Server]
 ) -> None:
+    """A graceful restart records the running process (its output survives); after a crash
+    nothing was recorded, and the process is still reported, restored, with no output."""
     env = enabled_env(tmp_path / "ws")
-    restartable.append(start_server(database_url, tmp_path / "first.log", **env))
+
+    def serve(name: str) -> httpx.AsyncClient:
+        restartable.append(start_server(database_url, tmp_path / f"{name}.log", **env))
+        return httpx.AsyncClient(
+            base_url=restartable[-1].base_url, headers=tenant.headers, timeout=30
+        )
+
     script = "import time; print('before the restart', flush=True); time.sleep(30)"
-    async with httpx.AsyncClient(
-        base_url=restartable[0].base_url, headers=tenant.headers, timeout=30
-    ) as http:
+    async with serve("first") as http:
         sid = await new_session(http)
         args = json.dumps({"command": f'python3 -c "{script}"'})
         await run(http, sid, f"[tool:shell {args}]")
@@ -343,11 +349,9 @@ async def test_restart_while_a_process_runs_reports_it_restored(
             return "before the restart" in (await logs(http, sid, pid))["data"]
 
         await wait_for(printed)
-    stop_server(restartable[0])  # SIGTERM: a graceful stop records the process
-    restartable.append(start_server(database_url, tmp_path / "second.log", **env))
-    async with httpx.AsyncClient(
-        base_url=restartable[1].base_url, headers=tenant.headers, timeout=30
-    ) as http:
+    stop_server(restartable[-1])  # SIGTERM: a graceful stop records the process
+
+    async with serve("second") as http:
         assert (await http.get(f"/v1/sessions/{sid}")).status_code == 200
         view = await process(http, sid, pid)
         assert (view["status"], view["reason"], view["live"]) == (
@@ -360,38 +364,27 @@ async def test_restart_while_a_process_runs_reports_it_restored(
         stop = await http.post(f"/v1/sessions/{sid}/processes/{pid}/stop")
         assert stop.status_code == 200 and stop.json()["status"] == "restored"
         stdin = await http.post(f"/v1/sessions/{sid}/processes/{pid}/stdin", json={"data": "x"})
-        assert stdin.status_code == 409
+        assert stdin.status_code == 409 and stdin.json()["code"] == "process_not_running"
         await assert_consistent(http, sid)
-    for server in restartable:
-        assert "Traceback" not in server.log(), server.log()[-4000:]
-
-
-async def test_crash_while_a_process_runs_reports_it_restored(
-    database_url: str, tmp_path: Path, tenant: TenantKey, restartable: list[Server]
-) -> None:
-    env = enabled_env(tmp_path / "ws")
-    restartable.append(start_server(database_url, tmp_path / "first.log", **env))
-    async with httpx.AsyncClient(
-        base_url=restartable[0].base_url, headers=tenant.headers, timeout=30
-    ) as http:
-        sid = await new_session(http)
-        started = await start(http, sid, "sleep 30")
-    restartable[0].process.kill()  # SIGKILL: nothing is recorded on the way down
-    restartable[0].process.wait(timeout=10)
+        crashed = await start(http, sid, "sleep 30")
+    restartable[-1].process.kill()  # SIGKILL: nothing is recorded on the way down
+    restartable[-1].process.wait(timeout=10)
     # The orphan is no longer the service's to control; end it so the test leaves nothing.
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(started["pid"], signal.SIGKILL)
-    restartable.append(start_server(database_url, tmp_path / "second.log", **env))
-    async with httpx.AsyncClient(
-        base_url=restartable[1].base_url, headers=tenant.headers, timeout=30
-    ) as http:
+        os.killpg(crashed["pid"], signal.SIGKILL)
+
+    async with serve("third") as http:
         listed = (await http.get(f"/v1/sessions/{sid}/processes")).json()["data"]
-        assert [(p["process_id"], p["status"], p["live"]) for p in listed] == [
-            (started["process_id"], "restored", False)
+        assert [(p["process_id"], p["status"], p["reason"]) for p in listed] == [
+            (pid, "restored", "service_stopped"),
+            (crashed["process_id"], "restored", None),
         ]
-        read = await logs(http, sid, started["process_id"])
+        read = await logs(http, sid, crashed["process_id"])
         assert (read["data"], read["size"], read["eof"]) == ("", 0, True)
+        assert (await http.get(f"/v1/sessions/{sid}")).json()["counts"]["processes"] == 2
         await assert_consistent(http, sid)
+    for server in restartable[:2]:
+        assert "Traceback" not in server.log(), server.log()[-4000:]
 
 
 # ------------------------------------------------------------------------ disabled
