@@ -161,7 +161,13 @@ async def patch_session(
     summary="Erase a session, its events, snapshots and runs",
     responses=_COMMON,
 )
-async def delete_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> Response:
+async def delete_session(
+    session_id: str, request: Request, tenant: TenantDep, runtime: RuntimeDep
+) -> Response:
+    processes = request.app.state.processes
+    if processes is not None:
+        # An erased session's processes would run on for nobody until their time cap.
+        await processes.stop_session(tenant.tenant_id, session_id)
     await runtime.delete(tenant.tenant_id, session_id)
     return Response(status_code=204)
 

@@ -476,6 +476,16 @@ class ProcessManager:
             await asyncio.wait_for(process.ended.wait(), STOP_GRACE_SECONDS)
         self._signal(process, signal.SIGKILL)
 
+    async def stop_session(self, tenant_id: str, session_id: str) -> int:
+        """Stop every live process of a session (before it is erased); returns how many."""
+        live = [
+            p for p in self._live.values() if (p.tenant_id, p.session_id) == (tenant_id, session_id)
+        ]
+        await asyncio.gather(*(self._terminate(p, "stopped") for p in live))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in live)), 5)
+        return len(live)
+
     async def shutdown(self) -> None:
         """Stop every live process and record it (`service_stopped`) before the store closes."""
         live = list(self._live.values())

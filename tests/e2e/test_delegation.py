@@ -5,6 +5,7 @@ stops runaway delegation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -169,3 +170,26 @@ async def test_delegate_tool_with_an_invalid_agent_is_a_tool_error(
     [output] = tool_outputs(await events(http, sid))
     assert output.startswith("error: invalid_request: the child's agent spec is invalid")
     assert await children(http, sid) == []
+
+
+async def test_interrupting_the_caller_cancels_its_child(http: httpx.AsyncClient) -> None:
+    sid = (await new_session(http))["session_id"]
+    started = await http.post(
+        f"/v1/sessions/{sid}/runs",
+        json={"input": '[tool:delegate {"input": "[sleep:20000] slow"}]', "mode": "background"},
+    )
+    assert started.status_code == 202
+
+    async def child_running() -> list[dict]:
+        found = await children(http, sid)
+        return found if found and found[0]["active_run_id"] else []
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await child_running():
+        assert asyncio.get_running_loop().time() < deadline, "the child never started"
+        await asyncio.sleep(0.05)
+    [child] = await children(http, sid)
+    cancelled = await http.post(f"/v1/sessions/{sid}/runs/{started.json()['run_id']}/cancel")
+    assert cancelled.json()["status"] == "interrupted"
+    child_run = (await http.get(f"/v1/sessions/{child['session_id']}/runs")).json()["data"][0]
+    assert (child_run["status"], child_run["stop_reason"]) == ("interrupted", "INTERRUPTED")

@@ -312,6 +312,14 @@ async def test_per_tenant_live_cap_is_429_with_retry_after(
     assert (await start(http, sid, "true"))["status"] in ("running", "exited")
 
 
+async def test_deleting_a_session_stops_its_processes(http: httpx.AsyncClient) -> None:
+    sid = await new_session(http)
+    started = await start(http, sid, "sleep 30")
+    assert (await http.delete(f"/v1/sessions/{sid}")).status_code == 204
+    with pytest.raises(ProcessLookupError):
+        os.killpg(started["pid"], 0)  # the process group is gone
+
+
 # ------------------------------------------------------------------------- restart
 
 
