@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     process_persisted_output_bytes: int = Field(
         default=16_384,
         ge=0,
-        le=1_048_576,
+        le=262_144,
         description="Tail of the output kept in PROCESS_EXITED (readable after a restart).",
     )
     process_max_live_per_tenant: int = Field(

@@ -156,6 +156,10 @@ class StateRead(BaseModel):
     usage: dict[str, int]
     last_compact: dict[str, Any] | None
     breaker: dict[str, Any]
+    processes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Process snapshots by process id (present once the session has had one).",
+    )
 
 
 class SaveRead(BaseModel):

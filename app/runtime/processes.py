@@ -152,14 +152,19 @@ class ProcessManager:
             self._live.pop(process.key, None)
             raise
         process.watcher = asyncio.create_task(self._watch(process), name=process.process_id)
+        # Shielded: a caller interrupted now (its run cancelled) must not leave a process
+        # that runs without its PROCESS_STARTED, nor a recorded one that nobody watches.
+        recording = asyncio.ensure_future(self._record_start(process))
         try:
-            await self._record_start(process)
-        except BaseException:
-            process.unrecorded = True
-            process.reason = "stopped"
-            self._signal(process, signal.SIGKILL)
+            await asyncio.shield(recording)
+        except asyncio.CancelledError:
+            await asyncio.wait({recording})
             raise
         finally:
+            if not recording.done() or recording.cancelled() or recording.exception():
+                process.unrecorded = True  # not in the ledger: kill it, record nothing more
+                process.reason = "stopped"
+                self._signal(process, signal.SIGKILL)
             process.recorded.set()
         log.info("process %s started (%s)", process.process_id, argv[0])
         if stdin:
@@ -281,8 +286,8 @@ class ProcessManager:
                 process.session_id,
                 [NewEvent(EventType.PROCESS_EXITED, payload)],
             )
-        except AgentSessionError:
-            log.warning("process %s ended after its session was erased", process.process_id)
+        except AgentSessionError as exc:  # the session was erased, or the event refused
+            log.warning("could not record the end of process %s: %s", process.process_id, exc.code)
         log.info(
             "process %s ended (%s, exit code %s)",
             process.process_id,
@@ -534,11 +539,12 @@ def shell_tool(manager: ProcessManager) -> Tool:
             answer["output_bytes"] = view["output_bytes"]
         return json.dumps(answer)
 
+    allowed = ", ".join(sorted(manager.policy.allowlist)) or "any program not denied"
     return Tool(
         "shell",
         "Start a program in the session's workspace (no shell: one command line, an allowed "
         "program by name). Answers with its exit code and output if it ends within wait_ms, "
-        "else with its process id while it keeps running in the background.",
+        f"else with its process id while it keeps running in the background. Allowed: {allowed}.",
         {
             "type": "object",
             "properties": {
