@@ -24,10 +24,11 @@ from app.runtime.accounts import Accounts
 from app.runtime.delegation import Delegator, delegate_tool
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
-from app.runtime.processes import ProcessManager, shell_tool
+from app.runtime.processes import ProcessManager
 from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
+from app.runtime.shell import shell_tool
 from app.runtime.tools import ToolRegistry
 from app.runtime.workspace import ProcessPolicy, split_names
 from app.settings import Settings, get_settings

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -40,7 +39,6 @@ from app.runtime.errors import (
 )
 from app.runtime.events import EventType, NewEvent
 from app.runtime.service import SessionRuntime
-from app.runtime.tools import Tool, ToolContext, ToolError
 from app.runtime.workspace import (
     ProcessPolicy,
     parse_command,
@@ -55,7 +53,6 @@ log = logging.getLogger("app.processes")
 
 STOP_GRACE_SECONDS = 2.0
 DRAIN_SECONDS = 1.0
-TOOL_OUTPUT_MAX = 8192
 
 
 @dataclass
@@ -502,61 +499,3 @@ class ProcessManager:
 
     def live_count(self, tenant_id: str | None = None) -> int:
         return sum(1 for p in self._live.values() if tenant_id in (None, p.tenant_id))
-
-
-# ----------------------------------------------------------------------- the tool
-
-
-def shell_tool(manager: ProcessManager) -> Tool:
-    """The `shell` server tool: start a process in the session's workspace.
-
-    It waits up to `wait_ms` (default 500) for the process to end: a short command answers
-    with its exit code and output; a longer one answers at once with its process id and
-    keeps running, to be read and stopped through the processes routes.
-    """
-
-    async def handler(args: dict[str, Any], context: ToolContext) -> str:
-        try:
-            view = await manager.start(
-                context.tenant_id,
-                context.session_id,
-                args["command"],
-                run_id=context.run_id,
-                timeout_seconds=args.get("timeout_seconds"),
-                stdin=args.get("stdin"),
-            )
-        except AgentSessionError as exc:
-            raise ToolError(f"{exc.code}: {exc.detail}") from exc
-        view = await manager.settle(
-            context.tenant_id,
-            context.session_id,
-            view["process_id"],
-            seconds=args.get("wait_ms", 500) / 1000,
-        )
-        answer = {k: view[k] for k in ("process_id", "pid", "status", "exit_code", "reason")}
-        if "output" in view:
-            answer["output"] = view["output"][:TOOL_OUTPUT_MAX]
-            answer["output_bytes"] = view["output_bytes"]
-        return json.dumps(answer)
-
-    allowed = ", ".join(sorted(manager.policy.allowlist)) or "any program not denied"
-    return Tool(
-        "shell",
-        "Start a program in the session's workspace (no shell: one command line, an allowed "
-        "program by name). Answers with its exit code and output if it ends within wait_ms, "
-        f"else with its process id while it keeps running in the background. Allowed: {allowed}.",
-        {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string"},
-                "wait_ms": {"type": "integer", "minimum": 0, "maximum": 10_000},
-                "timeout_seconds": {"type": "number", "minimum": 0.1},
-                "stdin": {"type": "string"},
-            },
-            "required": ["command"],
-            "additionalProperties": False,
-        },
-        handler,
-        timeout_seconds=15.0,
-        needs_context=True,
-    )
