@@ -29,7 +29,7 @@ SUMMARY_MAX_CHARS = 800
 class CompactionPolicy(BaseModel):
     """Part of the agent spec (`agent.compaction`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     strategy: Strategy = "summarize"
     threshold_tokens: int | None = Field(
