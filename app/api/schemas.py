@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.runtime.agent import AgentSpec
 from app.runtime.memory import ContentPart, MemoryItem
@@ -14,9 +14,38 @@ from app.runtime.memory import ContentPart, MemoryItem
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 
+def check_storable_text(value: Any) -> None:
+    """Refuse text that PostgreSQL cannot store (NUL, unpaired surrogates) with a 422.
+
+    Both are valid JSON and SQLite keeps them, but a JSONB or text column refuses them: left
+    alone they would reach the database and fail there, as a 500, on one backend only.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise ValueError("text may not contain NUL (\\u0000) characters")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("text may not contain unpaired surrogates") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 class _Request(BaseModel):
     # strict: `0` is not `false` and `"1"` is not `1` -- a schema-violating body is a 422.
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        check_storable_text(data)
+        return data
 
 
 class SessionCreate(_Request):

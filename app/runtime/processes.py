@@ -274,7 +274,7 @@ class ProcessManager:
             "output_bytes": len(data),
             "output_cut_off": process.cut_off,
             "output_offset": len(data) - len(tail),
-            "output": tail.decode("utf-8", errors="replace"),
+            "output": as_text(tail),
             "finished_at": process.finished_at.isoformat() if process.finished_at else None,
         }
         try:
@@ -337,9 +337,7 @@ class ProcessManager:
             await asyncio.wait_for(process.ended.wait(), seconds)
         view = self._view_live(process)
         if process.ended.is_set():
-            view["output"] = redact(bytes(process.output), self.policy.secrets).decode(
-                "utf-8", errors="replace"
-            )
+            view["output"] = as_text(redact(bytes(process.output), self.policy.secrets))
         return view
 
     async def logs(
@@ -369,7 +367,7 @@ class ProcessManager:
             "next_offset": end,
             "size": size,
             "eof": end >= size and view["status"] != "running",
-            "data": chunk.decode("utf-8", errors="replace"),
+            "data": as_text(chunk),
         }
 
     async def _kept_output(
@@ -499,3 +497,8 @@ class ProcessManager:
 
     def live_count(self, tenant_id: str | None = None) -> int:
         return sum(1 for p in self._live.values() if tenant_id in (None, p.tenant_id))
+
+
+def as_text(data: bytes) -> str:
+    """Output as text that every backend can store: undecodable bytes and NUL become U+FFFD."""
+    return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")

@@ -190,6 +190,15 @@ async def test_short_command_answers_with_its_output_and_exit_code(
     await assert_consistent(http, sid)
 
 
+async def test_binary_output_is_stored_as_text(http: httpx.AsyncClient) -> None:
+    sid = await new_session(http)
+    pid = (await start(http, sid, "printf 'a\\0b\\377'"))["process_id"]
+    await ended(http, sid, pid)
+    assert (await logs(http, sid, pid))["data"] == "a\ufffdb\ufffd"
+    exited = next(e for e in await events(http, sid) if e["type"] == "PROCESS_EXITED")
+    assert exited["payload"]["output"] == "a\ufffdb\ufffd"
+
+
 async def test_stdin_and_offset_reads(http: httpx.AsyncClient) -> None:
     sid = await new_session(http)
     pid = (await start(http, sid, "cat"))["process_id"]
