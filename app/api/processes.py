@@ -16,6 +16,7 @@ from app.api.deps import IdempotencyKey, ProcessesDep, RuntimeDep, TenantDep
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import (
+    MAX_SEQ,
     ProcessCreate,
     ProcessList,
     ProcessLogs,
@@ -92,7 +93,7 @@ async def get_process_logs(
     process_id: str,
     tenant: TenantDep,
     processes: ProcessesDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=1_048_576)] = 65_536,
 ) -> dict:
     return await processes.logs(
