@@ -276,3 +276,20 @@ class UsageRead(BaseModel):
     session_id: str
     usage: dict[str, int]
     runs: list[dict[str, Any]]
+
+
+class StreamTokenCreate(_Request):
+    session_id: str | None = Field(
+        default=None,
+        pattern=SESSION_ID_PATTERN,
+        description="Scope the token to this session's stream; omit for all of the tenant's.",
+    )
+    ttl_seconds: int | None = Field(
+        default=None, ge=10, le=3600, description="Lifetime; ASR_STREAM_TOKEN_TTL_SECONDS caps it."
+    )
+
+
+class StreamTokenRead(BaseModel):
+    token: str = Field(description="Pass as `?token=` to the stream routes.")
+    expires_at: datetime
+    session_id: str | None

@@ -22,8 +22,9 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore):
         max_metadata_bytes: int = 16_384,
         idempotency_ttl_seconds: int = 86_400,
         idempotency_lock_seconds: int = 60,
+        notify: bool = True,
     ) -> None:
-        super().__init__(engine)
+        super().__init__(engine, notify=notify)
         self.max_metadata_bytes = max_metadata_bytes
         self.idempotency_ttl = timedelta(seconds=idempotency_ttl_seconds)
         self.idempotency_lock = timedelta(seconds=idempotency_lock_seconds)
