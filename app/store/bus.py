@@ -66,7 +66,7 @@ class EventBus:
         self._dirty: dict[tuple[str, str], int | None] = {}
         self._dirty_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.counters = {"wakeups": 0, "drains": 0, "polls": 0, "catch_ups": 0}
+        self.counters = {"wakeups": 0, "drains": 0, "polls": 0, "catch_ups": 0, "overflows": 0}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,7 +101,7 @@ class EventBus:
         topic = self._topics.get(key)
         if topic is None:
             topic = self._topics[key] = _Topic(cursor=head)
-        sub = Subscription(limit=self._queue_size, deltas=deltas)
+        sub = Subscription(limit=self._queue_size, deltas=deltas, on_overflow=self._overflowed)
         topic.subscribers.add(sub)
         try:
             yield sub
@@ -155,6 +155,9 @@ class EventBus:
         for subs in self._tenants.values():
             for sub in subs:
                 sub.poke()
+
+    def _overflowed(self) -> None:
+        self.counters["overflows"] += 1
 
     def _mark(self, key: tuple[str, str], hint: int | None) -> None:
         if key in self._dirty:

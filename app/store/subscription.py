@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,22 +36,35 @@ Item = Delivery | Ephemeral
 
 class Subscription:
     """One live stream's inbox. Bounded: a consumer too slow to keep up is marked
-    `overflowed` (and its queue dropped) instead of growing the server's memory."""
+    `overflowed` (and its queue dropped) instead of growing the server's memory.
 
-    def __init__(self, *, limit: int, deltas: bool = False) -> None:
+    A push is refused only when `limit` items are already waiting, so one read batch never
+    overflows a consumer that keeps up; the inbox holds at most limit + one batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: int,
+        deltas: bool = False,
+        on_overflow: Callable[[], None] | None = None,
+    ) -> None:
         self.deltas = deltas
         self.overflowed = False
         self.closed: str | None = None
         self._limit = limit
+        self._on_overflow = on_overflow
         self._items: deque[Item] = deque()
         self._wake = asyncio.Event()
 
     def push(self, items: Sequence[Item]) -> None:
         if self.overflowed or self.closed is not None:
             return
-        if len(self._items) + len(items) > self._limit:
+        if len(self._items) >= self._limit:
             self.overflowed = True
             self._items.clear()
+            if self._on_overflow is not None:
+                self._on_overflow()
         else:
             self._items.extend(items)
         self._wake.set()
