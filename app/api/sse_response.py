@@ -10,16 +10,20 @@ collected, so it never depends on the generator's `finally` having run.
 from __future__ import annotations
 
 import contextlib
+import logging
 import weakref
 from typing import Any
 
 import anyio
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from app.runtime.errors import TooManyStreams
 from app.settings import Settings
 from app.store.subscription import Subscription
+
+log = logging.getLogger("app.api.sse")
 
 _HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
@@ -111,6 +115,10 @@ class StreamResponse(EventSourceResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            # A client that stopped reading (frozen, or its network gone): closing it is the
+            # point of send_timeout, not an error of the application.
+            log.info("stream closed: a send blocked for %s s", self.send_timeout)
         finally:
             self._slot.release()
             # The generator's own cleanup (unsubscribing) must run now, not whenever the

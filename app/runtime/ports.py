@@ -118,8 +118,8 @@ class TenantCursor:
     @classmethod
     def parse(cls, raw: str) -> TenantCursor | None:
         """The cursor in `raw`, or None when it is not one `encode` makes."""
-        head, _, tail = raw.strip().partition(".")
-        parts = (head, tail) if tail else ("0", head)
+        head, dot, tail = raw.strip().partition(".")
+        parts = (head, tail) if dot else ("0", head)
         if not all(p.isdigit() and len(p) <= 19 for p in parts):
             return None
         return cls(int(parts[0]), int(parts[1]))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -72,10 +74,14 @@ class Frame:
         return json.loads(self.data or "null")
 
 
-async def read_frames(response: httpx.Response) -> AsyncIterator[Frame]:
+def read_frames(response: httpx.Response) -> AsyncIterator[Frame]:
+    return parse_frames(response.aiter_lines())
+
+
+async def parse_frames(lines: AsyncIterator[str]) -> AsyncIterator[Frame]:
     """Frames as the wire carries them (WHATWG field parsing), comments included."""
     frame, seen = Frame(), False
-    async for line in response.aiter_lines():
+    async for line in lines:
         if line == "":
             if seen:
                 yield frame
@@ -94,6 +100,63 @@ async def read_frames(response: httpx.Response) -> AsyncIterator[Frame]:
             frame.data = value if frame.data is None else f"{frame.data}\n{value}"
         elif name == "retry":
             frame.retry = int(value)
+
+
+class RawStream:
+    """An SSE request on a socket configured before connecting (httpx sets socket options
+    only after connect, too late for SO_RCVBUF), so a test can freeze, slow down or reset a
+    client the way real networks do."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.status: int | None = None
+
+    @classmethod
+    async def open(
+        cls, server: Server, path: str, headers: dict[str, str], *, rcvbuf: int | None = None
+    ) -> RawStream:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        # A small reader limit keeps what asyncio buffers in user space small too.
+        reader, writer = await asyncio.open_connection(sock=sock, limit=8192)
+        lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Accept: text/event-stream"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await writer.drain()
+        return cls(reader, writer)
+
+    async def read_head(self) -> int:
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        self.status = int(head.split(b" ", 2)[1])
+        return self.status
+
+    async def _lines(self) -> AsyncIterator[str]:
+        pending = ""
+        while True:  # chunked transfer coding; ends with the zero-size chunk
+            size = int((await self.reader.readline()).strip() or b"0", 16)
+            if size == 0:
+                return
+            pending += (await self.reader.readexactly(size)).decode()
+            await self.reader.readexactly(2)
+            *complete, pending = pending.split("\r\n")
+            for line in complete:
+                yield line
+
+    def frames(self) -> AsyncIterator[Frame]:
+        return parse_frames(self._lines())
+
+    def reset(self) -> None:
+        """Close with RST (SO_LINGER 0), as a crashed client or a dropped network would."""
+        sock = self.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.writer.transport.abort()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 def user_item(text: str) -> dict[str, str]:
