@@ -8,6 +8,7 @@ were. Counts only; no tenant data beyond tenant ids.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 from fastapi import APIRouter, Request
 
@@ -23,6 +24,9 @@ async def stream_gauges(request: Request) -> dict:
         "open_streams_by_tenant": slots.by_tenant(),
         "bus": request.app.state.bus.stats(),
         "tasks": len(tasks),
+        "tasks_by_coroutine": dict(
+            Counter(getattr(t.get_coro(), "__qualname__", "?") for t in tasks).most_common(10)
+        ),
         "shutdown_watchers": sum(
             1 for t in tasks if getattr(t.get_coro(), "__name__", "") == "_shutdown_watcher"
         ),

@@ -13,8 +13,9 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 from sse_starlette import ServerSentEvent
 
 from app.api.problems import problem_body
@@ -29,6 +30,22 @@ ReadPage = Callable[[TenantCursor], Awaitable[TenantPage]]
 
 _PENDING_FIRST_WAIT = 0.05
 _PENDING_MAX_WAIT = 1.0
+
+
+_READ_DEADLINE = 30.0
+T = TypeVar("T")
+
+
+async def read_whole(read: Awaitable[T]) -> T:
+    """Await one short table read without letting a disconnect cancel it half-way.
+
+    A cancelled read leaves SQLAlchemy a connection in an unknown state, which it must
+    throw away (with aiosqlite, leaking a task each time); shielded, the read finishes and
+    returns its connection to the pool, and the cancellation lands right after. The
+    deadline keeps a hung database from pinning the stream.
+    """
+    with anyio.fail_after(_READ_DEADLINE, shield=True):
+        return await read
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +79,7 @@ async def replay_then_live(
         while True:
             if sub.overflowed:  # dropped live items are all in the table: read them again
                 sub.reset()
-            events = await read_after(last)
+            events = await read_whole(read_after(last))
             for event in events:
                 last = event.seq
                 yield Delivery(event)
@@ -98,7 +115,7 @@ async def tenant_timeline(
     wait = _PENDING_FIRST_WAIT
     with subscribe() as sub:
         while True:
-            page = await read_page(cursor)
+            page = await read_whole(read_page(cursor))
             for event, position in page.entries:
                 cursor = position
                 yield event, position
