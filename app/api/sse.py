@@ -28,12 +28,11 @@ Subscribe = Callable[[], AbstractContextManager[Subscription]]
 ReadAfter = Callable[[int], Awaitable[list[Event]]]
 ReadPage = Callable[[TenantCursor], Awaitable[TenantPage]]
 
-_PENDING_FIRST_WAIT = 0.05
-_PENDING_MAX_WAIT = 1.0
-
+T = TypeVar("T")
 
 _READ_DEADLINE = 30.0
-T = TypeVar("T")
+_PENDING_FIRST_WAIT = 0.05
+_PENDING_MAX_WAIT = 1.0
 
 
 async def read_whole(read: Awaitable[T]) -> T:
