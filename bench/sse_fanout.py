@@ -208,6 +208,7 @@ async def measure(
             await _produce_run(http, sid, events)
         else:
             await _produce_items(http, sid, events, rate)
+        produced_s = time.time() - first
         head = (await http.get(f"/v1/sessions/{sid}")).json()["last_seq"]
         for _ in range(int(_PHASE_SECONDS / 0.05)):  # bounded wait for the last deliveries
             if all(head in s.arrived for s in subscribers):
@@ -238,6 +239,7 @@ async def measure(
             "p99": round(_percentile(latencies, 0.99), 2),
             "max": round(max(latencies), 2),
         },
+        "events_per_s_produced": round((head - 1) / max(produced_s, 1e-9), 1),
         "events_per_s_delivered": round(delivered / max(last - first, 1e-9)),
         "connect_seconds": round(connect_s, 2),
         "server_rss_mb": {"before": round(rss_before, 1), "after": round(rss_after, 1)},

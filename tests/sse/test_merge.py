@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import contextmanager, suppress
 
 import pytest
 
-from app.api.sse import StreamEnd, replay_then_live
+from app.api.sse import Batch, StreamEnd, replay_then_live
 from app.runtime.events import Event, EventType, NewEvent
 from app.runtime.service import SessionRuntime
 from app.store.bus import EventBus, InProcessBus
@@ -70,14 +70,31 @@ def merge(
             tenant.tenant_id, sid, after_seq=seq, types=wanted, limit=batch
         )
 
-    return replay_then_live(
-        lambda: bus.subscribe(tenant.tenant_id, sid, head=head, deltas=deltas),
-        read_after,
-        after_seq=after_seq,
-        types=types,
-        batch=batch,
-        handoff_delay=handoff_delay,
+    return one_by_one(
+        replay_then_live(
+            lambda: bus.subscribe(tenant.tenant_id, sid, head=head, deltas=deltas),
+            read_after,
+            after_seq=after_seq,
+            types=types,
+            batch=batch,
+            handoff_delay=handoff_delay,
+        )
     )
+
+
+async def one_by_one(
+    batches: AsyncGenerator[Batch | StreamEnd, None],
+) -> AsyncGenerator[Delivery | Ephemeral | StreamEnd, None]:
+    """The merge's batches, item by item (closing the merge when closed)."""
+    try:
+        async for batch in batches:
+            if isinstance(batch, StreamEnd):
+                yield batch
+            else:
+                for item in batch:
+                    yield item
+    finally:
+        await batches.aclose()
 
 
 async def writer(store: AgentSessionStore, tenant: TenantKey, sid: str, stop: asyncio.Event):
@@ -236,7 +253,7 @@ async def test_closing_ends_the_stream_with_its_resume_point(
     async def read_after(seq: int) -> list[Event]:
         return await store.list_events(tenant.tenant_id, sid, after_seq=seq, limit=10)
 
-    items = replay_then_live(subscribe, read_after, after_seq=0, types=None, batch=10)
+    items = one_by_one(replay_then_live(subscribe, read_after, after_seq=0, types=None, batch=10))
     async with asyncio.timeout(5):
         first = await anext(items)
         assert isinstance(first, Delivery) and first.event.seq == 1
