@@ -160,8 +160,12 @@ async def _produce_items(http: httpx.AsyncClient, sid: str, events: int, rate: f
 
 async def _produce_run(http: httpx.AsyncClient, sid: str, events: int) -> None:
     # Each scripted turn writes a handful of events; enough turns for about `events`.
-    turns = max(1, events // 6)
-    body = {"input": f"[continue:{turns}] [sleep:20]", "mode": "wait"}
+    turns = min(100, max(1, events // 6))
+    body = {
+        "input": f"[continue:{turns}] [sleep:20]",
+        "mode": "wait",
+        "limits": {"max_auto_followups": turns, "max_total_turns": turns + 1},
+    }
     (await http.post(f"/v1/sessions/{sid}/runs", json=body)).raise_for_status()
 
 

@@ -167,6 +167,7 @@ class EventBus:
         self._dirty_event.set()
 
     async def _pump(self) -> None:
+        """Drain the sessions marked dirty, a few at a time; one task per process."""
         while True:
             await self._dirty_event.wait()
             self._dirty_event.clear()

@@ -19,7 +19,7 @@ from app.runtime.service import SessionRuntime
 from app.store.bus import InProcessBus
 from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup, decode_wakeup, encode_wakeup
 from app.store.store import AgentSessionStore
-from app.store.subscription import Delivery, Subscription
+from app.store.subscription import Delivery, Ephemeral, Subscription
 from app.store.tables import session_events
 from tests.conftest import TenantKey
 
@@ -152,16 +152,17 @@ async def test_polling_delivers_when_wakeups_are_lost(
 async def test_subscription_inbox_is_bounded() -> None:
     overflows: list[int] = []
     sub = Subscription(limit=3, on_overflow=lambda: overflows.append(1))
-    events: list[Delivery] = []
-    sub.push(events)
-    for _ in range(3):
-        sub.push([object()] * 5)  # type: ignore[list-item]  # a whole batch is accepted...
-        if sub.overflowed:
-            break
-    assert sub.overflowed and overflows == [1]  # ...but not into a full inbox
-    assert await sub.take() == []  # the queue was dropped, not kept
-    sub.reset()
+    batch = [Ephemeral({"n": i}) for i in range(5)]
+    sub.push(batch)  # a whole batch is accepted into an inbox that is not full...
     assert not sub.overflowed
+    sub.push(batch)  # ...but nothing more once `limit` items wait
+    assert sub.overflowed and overflows == [1]
+    assert await sub.take() == []  # the queue was dropped, not kept
+    sub.push(batch)
+    assert await sub.take(max_wait=0.01) == []  # ignored until reset
+    sub.reset()
+    sub.push(batch[:1])
+    assert await sub.take() == batch[:1] and not sub.overflowed
     assert await sub.take(max_wait=0.05) == []  # nothing: returns after max_wait
 
 
