@@ -7,23 +7,27 @@ Nothing reads the environment or opens a connection at import time; run it with
 from __future__ import annotations
 
 import logging
+import secrets
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import events, memory, ops, runs, sessions
+from app.api import debug, events, memory, ops, runs, sessions, streams
 from app.api.limits import BodyLimitMiddleware
 from app.api.problems import install_problem_handlers
+from app.api.sse_response import StreamSlots
 from app.runtime.accounts import Accounts
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
+from app.runtime.stream_tokens import StreamTokens
 from app.runtime.tools import ToolRegistry
 from app.settings import Settings, get_settings
+from app.store.bus import make_bus
 from app.store.engine import make_engine
 from app.store.store import AgentSessionStore
 
@@ -50,8 +54,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
             max_event_bytes=settings.max_event_bytes,
             redactor=redactor,
+            notify=settings.sse_notify,
         )
         app.state.store = store
+        bus = make_bus(settings, store)
+        await bus.start()
+        app.state.bus = bus
         app.state.accounts = Accounts(store)
         runtime = SessionRuntime(
             store,
@@ -62,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 snapshot_every=settings.snapshot_every,
                 max_sessions_per_tenant=settings.max_sessions_per_tenant,
             ),
+            live=bus,
         )
         app.state.runtime = runtime
         runs = RunManager(
@@ -95,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await runs.shutdown(grace_seconds=5.0)
+            await bus.stop()
             await engine.dispose()
 
     app = FastAPI(
@@ -104,6 +114,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.stream_slots = StreamSlots(settings.sse_max_streams_per_tenant)
+    app.state.stream_tokens = _stream_tokens(settings)
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(sessions.router)
@@ -111,8 +123,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(runs.oneshot)
     app.include_router(events.router)
+    app.include_router(streams.router)
     app.include_router(ops.router)
+    if settings.debug_endpoints:
+        app.include_router(debug.router)
     return app
+
+
+def _stream_tokens(settings: Settings) -> StreamTokens:
+    secret = settings.stream_token_secret
+    if secret is None:
+        if not settings.is_sqlite:
+            # Each replica would sign with its own random key and refuse the others' tokens.
+            log.warning("ASR_STREAM_TOKEN_SECRET is unset: stream tokens work on this replica only")
+        return StreamTokens(secrets.token_bytes(32), ttl_seconds=settings.stream_token_ttl_seconds)
+    raw = secret.get_secret_value().encode()
+    return StreamTokens(raw, ttl_seconds=settings.stream_token_ttl_seconds)
 
 
 def configure_logging(level: str) -> None:

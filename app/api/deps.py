@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.runtime.accounts import Accounts, Principal
+from app.runtime.errors import Unauthorized
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
+from app.runtime.stream_tokens import StreamGrant
 from app.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
@@ -41,10 +43,29 @@ async def get_tenant(
     return await accounts.authenticate(raw)
 
 
+async def get_stream_grant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    token: Annotated[
+        str | None,
+        Query(max_length=2048, description="A stream token from POST /v1/stream-tokens."),
+    ] = None,
+) -> StreamGrant:
+    """Who may read a stream: an API key, or (browsers cannot send headers with EventSource)
+    a short-lived stream token in `?token=`. The key itself never goes in a URL."""
+    if credentials is not None:
+        principal = await request.app.state.accounts.authenticate(credentials.credentials)
+        return StreamGrant(tenant_id=principal.tenant_id)
+    if token:
+        return request.app.state.stream_tokens.verify(token)
+    raise Unauthorized()
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
+StreamGrantDep = Annotated[StreamGrant, Depends(get_stream_grant)]
 IdempotencyKey = Annotated[
     str | None,
     Header(

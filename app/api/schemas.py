@@ -319,3 +319,20 @@ class ContextRead(BaseModel):
     report: dict[str, Any]
     items: list[dict[str, Any]]
     summary: str | None
+
+
+class StreamTokenCreate(_Request):
+    session_id: str | None = Field(
+        default=None,
+        pattern=SESSION_ID_PATTERN,
+        description="Scope the token to this session's stream; omit for all of the tenant's.",
+    )
+    ttl_seconds: int | None = Field(
+        default=None, ge=10, le=3600, description="Lifetime; ASR_STREAM_TOKEN_TTL_SECONDS caps it."
+    )
+
+
+class StreamTokenRead(BaseModel):
+    token: str = Field(description="Pass as `?token=` to the stream routes.")
+    expires_at: datetime
+    session_id: str | None

@@ -34,6 +34,8 @@ from app.runtime.ports import (
     NoLiveFrames,
     SessionRecord,
     SessionStore,
+    TenantCursor,
+    TenantPage,
 )
 from app.runtime.projector import apply_event, fold
 from app.runtime.state import SessionState, validate_recovery_object
@@ -143,6 +145,18 @@ class SessionRuntime:
         return await self.store.list_events(
             tenant_id, session_id, after_seq=after_seq, types=types, run_id=run_id, limit=limit
         )
+
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage:
+        """Events of every session of the tenant after a timeline cursor, never skipping one
+        that commits late (see `TenantCursor`)."""
+        return await self.store.list_tenant_events(tenant_id, after=after, types=types, limit=limit)
 
     async def projection(self, tenant_id: str, session_id: str) -> tuple[Loaded, SessionState]:
         """(live state, fold of the whole ledger from seq 1 to the same seq)."""

@@ -23,10 +23,11 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore):
         max_metadata_bytes: int = 16_384,
         idempotency_ttl_seconds: int = 86_400,
         idempotency_lock_seconds: int = 60,
-        max_event_bytes: int = 1_048_576,
+        max_event_bytes: int = 2_097_152,
         redactor: Redactor | None = None,
+        notify: bool = True,
     ) -> None:
-        super().__init__(engine)
+        super().__init__(engine, notify=notify)
         self.max_metadata_bytes = max_metadata_bytes
         self.max_event_bytes = max_event_bytes
         self.redactor = redactor or Redactor()
