@@ -116,9 +116,9 @@ class LedgerStore(StoreBase):
                 parent_session_id=session.parent_session_id,
                 forked_from_seq=session.forked_from_seq,
                 status="idle",
-                metadata=session.metadata,
-                agent=session.agent,
-                binding=session.binding,
+                metadata=self.redactor.value(session.metadata),
+                agent=self.redactor.value(session.agent),
+                binding=self.redactor.value(session.binding),
                 last_seq=last_seq,
                 version=1,
                 active_run_id=None,
@@ -273,7 +273,7 @@ class LedgerStore(StoreBase):
     async def _patch_metadata(
         self, conn: AsyncConnection, record: SessionRecord, patch: dict[str, Any]
     ) -> SessionRecord:
-        merged = merge_patch(record.metadata, patch)
+        merged = self.redactor.value(merge_patch(record.metadata, patch))
         check_metadata_size(merged, limit=self.max_metadata_bytes)
         await conn.execute(
             update(sessions)
