@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "migrate":
-        upgrade_head(settings.database_url)
-        print(f"migrated {redacted_url(settings.database_url)} to head")
+        # Through the direct URL: DDL and Alembic's version row do not belong behind PgBouncer.
+        upgrade_head(settings.direct_url)
+        print(f"migrated {redacted_url(settings.direct_url)} to head")
         return 0
     if args.command == "serve":
         return _serve(settings, args.host, args.port)
@@ -88,19 +89,31 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
-    from app.main import configure_logging, create_app
+    from app.main import begin_shutdown, configure_logging, create_app
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     if settings.is_sqlite:
         # The embedded default needs no separate step: bring the file to head on start.
         upgrade_head(settings.database_url)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        """uvicorn, telling the app at once when SIGTERM/SIGINT starts the drain."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            begin_shutdown(app)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app,
         host=host or settings.host,
         port=port if port is not None else settings.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=20,
+        log_config=None,  # configure_logging already routed uvicorn's loggers
+        access_log=False,  # app.access logs each request with its route and tenant
+        timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
     )
+    Server(config).run()
     return 0
 
 

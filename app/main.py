@@ -2,25 +2,39 @@
 
 Nothing reads the environment or opens a connection at import time; run it with
 `asr serve`, or `uvicorn --factory app.main:create_app`.
+
+`app.state` holds, besides the store and runtime:
+- `metrics`: the `Metrics` (Prometheus registry and `Observer`), or None when disabled;
+- `shutdown_event`: an `asyncio.Event` set as soon as the process starts to shut down. Under
+  `asr serve` that is the moment SIGTERM/SIGINT arrives (before uvicorn's graceful drain, so
+  long-lived responses such as SSE streams can end with a final frame instead of holding the
+  drain open until its timeout); under any other server it is set when the lifespan exits.
+  Code that streams or loops waits on it; `/readyz` answers 503 once it is set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from app.api import events, ops, sessions
+from app.api.access import AccessMiddleware
 from app.api.limits import BodyLimitMiddleware
+from app.api.metrics import Metrics
 from app.api.problems import install_problem_handlers
+from app.logs import configure_logging
 from app.runtime.accounts import Accounts
 from app.runtime.service import Limits, SessionRuntime
 from app.settings import Settings, get_settings
 from app.store.engine import make_engine
+from app.store.migrations import script_revisions
 from app.store.store import AgentSessionStore
+
+__all__ = ["begin_shutdown", "configure_logging", "create_app"]
 
 log = logging.getLogger("app")
 
@@ -34,14 +48,18 @@ its own memory, an append-only event ledger and snapshots. Authenticate with
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
+    metrics = Metrics() if settings.metrics_enabled else None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.schema_revisions = script_revisions()
         engine = make_engine(settings)
         store = AgentSessionStore(
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
+            observer=metrics,
         )
         app.state.store = store
         app.state.accounts = Accounts(store)
@@ -53,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_metadata_bytes=settings.max_metadata_bytes,
                 snapshot_every=settings.snapshot_every,
             ),
+            observer=metrics,
         )
         if settings.bootstrap_default_tenant:
             key = await app.state.accounts.bootstrap()
@@ -63,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            app.state.shutdown_event.set()
             await engine.dispose()
 
     app = FastAPI(
@@ -72,17 +92,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.shutdown_event = asyncio.Event()
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
+    app.add_middleware(AccessMiddleware, metrics=metrics)
     app.include_router(sessions.router)
     app.include_router(events.router)
     app.include_router(ops.router)
     return app
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+def begin_shutdown(app: FastAPI) -> None:
+    """Set `app.state.shutdown_event`; safe to call from a signal handler.
+
+    The event is set through the running loop (`call_soon_threadsafe`), which also wakes the
+    loop, and the log line is written there too: logging inside a signal handler could
+    deadlock on the handler's lock.
+    """
+
+    def announce() -> None:
+        if not app.state.shutdown_event.is_set():
+            app.state.shutdown_event.set()
+            log.info("shutdown requested: draining")
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        app.state.shutdown_event.set()
+        return
+    loop.call_soon_threadsafe(announce)

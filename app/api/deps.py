@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.logs import bind
 from app.runtime.accounts import Accounts, Principal
 from app.runtime.service import SessionRuntime
 from app.settings import Settings
@@ -33,7 +34,10 @@ async def get_tenant(
     """The caller's tenant, from the API key alone (never from the path, query or body)."""
     accounts: Accounts = request.app.state.accounts
     raw = credentials.credentials if credentials is not None else None
-    return await accounts.authenticate(raw)
+    principal = await accounts.authenticate(raw)
+    # From here on, every log line of this request names the tenant (and the session).
+    bind(tenant_id=principal.tenant_id, session_id=request.path_params.get("session_id"))
+    return principal
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

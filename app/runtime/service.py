@@ -25,6 +25,7 @@ from app.runtime.errors import (
 from app.runtime.events import Event, EventType, NewEvent
 from app.runtime.memory import normalize_items
 from app.runtime.metadata import check_metadata_size
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
     IdempotencyClaim,
@@ -56,9 +57,17 @@ class Loaded:
 
 
 class SessionRuntime:
-    def __init__(self, store: SessionStore, *, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        limits: Limits | None = None,
+        observer: Observer | None = None,
+    ) -> None:
         self.store = store
         self.limits = limits or Limits()
+        # Runs report their stop reason, latency and model calls here (metrics).
+        self.observer: Observer = observer or NullObserver()
         self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
 
     # ------------------------------------------------------------------ reading

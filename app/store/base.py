@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.events import Event
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION
 
@@ -28,6 +29,9 @@ def as_utc(value: datetime) -> datetime:
 
 class StoreBase:
     """Owns the engine and opens read and write transactions on it."""
+
+    # Told about committed events (metrics); AgentSessionStore takes the real one.
+    observer: Observer = NullObserver()
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine

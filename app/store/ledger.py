@@ -73,6 +73,7 @@ class LedgerStore(StoreBase):
             written = await self._insert_events(conn, record, events, first_seq=1, xact_id=xact_id)
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], now)
+        self.observer.events_appended([e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def _insert_session_row(
@@ -200,6 +201,7 @@ class LedgerStore(StoreBase):
             )
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
+        self.observer.events_appended([e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def _reserve(
@@ -409,6 +411,8 @@ class LedgerStore(StoreBase):
                 conn, record, events, first_seq=at_seq + 1, xact_id=xact_id
             )
             await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+        # Only the child's own events count as appended; the copied prefix is not new.
+        self.observer.events_appended([e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def _copy_events(

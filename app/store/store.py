@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.runtime.observer import NullObserver, Observer
 from app.store.accounts import AccountStore
 from app.store.idempotency import IdempotencyStore
 from app.store.ledger import LedgerStore
@@ -22,8 +24,10 @@ class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore):
         max_metadata_bytes: int = 16_384,
         idempotency_ttl_seconds: int = 86_400,
         idempotency_lock_seconds: int = 60,
+        observer: Observer | None = None,
     ) -> None:
         super().__init__(engine)
+        self.observer = observer or NullObserver()
         self.max_metadata_bytes = max_metadata_bytes
         self.idempotency_ttl = timedelta(seconds=idempotency_ttl_seconds)
         self.idempotency_lock = timedelta(seconds=idempotency_lock_seconds)
@@ -32,3 +36,22 @@ class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore):
         """Round trip to the database (readiness)."""
         async with self.read() as conn:
             await conn.execute(text("SELECT 1"))
+
+    async def get_schema_revision(self) -> str | None:
+        """The Alembic revision the database is at; None when it was never migrated.
+
+        Raises whatever the driver raises when the database is unreachable (readiness turns
+        that into a reason).
+        """
+        async with self.read() as conn:
+            try:
+                async with conn.begin_nested():
+                    result = await conn.execute(text("SELECT version_num FROM alembic_version"))
+                    row = result.first()
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise
+                # No alembic_version table yet. The savepoint keeps PostgreSQL's transaction
+                # usable after the error.
+                return None
+        return row[0] if row is not None else None
