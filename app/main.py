@@ -97,7 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
-    app.add_middleware(AccessMiddleware, metrics=metrics)
+    routes = [*sessions.router.routes, *events.router.routes, *ops.router.routes]
+    app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
     app.include_router(sessions.router)
     app.include_router(events.router)
     app.include_router(ops.router)

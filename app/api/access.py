@@ -14,9 +14,10 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import UNMATCHED_ROUTE, Metrics
@@ -39,14 +40,16 @@ def request_id_from(scope: Scope) -> str:
     return uuid.uuid4().hex
 
 
-def route_template(scope: Scope) -> str:
-    """The template of the route that handles (or would handle) this request."""
+def route_template(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
+    """The template of the route that handled (or would have handled) this request.
+
+    The router leaves the matched route in the scope. When a middleware answered before
+    routing (the body limit's 413), `routes` are matched here instead.
+    """
     route = scope.get("route")
     if route is not None and hasattr(route, "path"):
         return str(route.path)
-    app = scope.get("app")
-    router = getattr(app, "router", None)
-    for candidate in getattr(router, "routes", []):
+    for candidate in routes:
         match, _ = candidate.matches(scope)
         if match == Match.FULL and hasattr(candidate, "path"):
             return str(candidate.path)
@@ -54,9 +57,12 @@ def route_template(scope: Scope) -> str:
 
 
 class AccessMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics | None) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics | None, routes: Sequence[BaseRoute] = ()
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = tuple(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,7 +89,7 @@ class AccessMiddleware:
                 self._record(scope, status, time.perf_counter() - started, context)
 
     def _record(self, scope: Scope, status: int, seconds: float, context: dict[str, Any]) -> None:
-        route = route_template(scope)
+        route = route_template(scope, self.routes)
         method = scope.get("method", "")
         if self.metrics is not None and route != "/metrics":
             self.metrics.observe_http(method=method, route=route, status=status, seconds=seconds)
