@@ -37,6 +37,7 @@ _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
     "asctime",
     "taskName",
+    "color_message",  # uvicorn's ANSI-coloured copy of msg
 }
 
 
