@@ -1,15 +1,21 @@
-"""The `asr` command: serve, migrate, tenant create, key create / list / revoke."""
+"""The `asr` command: serve, migrate, tenants, keys, sessions, retention.
+
+Argument parsing and dispatch only; the session and retention verbs live in `app.admin`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
+from app import admin
 from app.runtime.accounts import Accounts, key_listing
 from app.runtime.errors import AgentSessionError
+from app.runtime.retention import RetentionPolicy
 from app.settings import Settings
 from app.store.engine import make_engine, redacted_url
 from app.store.migrations import upgrade_head
@@ -28,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 
     tenant = sub.add_parser("tenant", help="tenants").add_subparsers(dest="action", required=True)
     tenant.add_parser("create", help="create a tenant").add_argument("name")
+    tenant.add_parser("list", help="list tenants (JSON lines)")
 
     key = sub.add_parser("key", help="API keys").add_subparsers(dest="action", required=True)
     create = key.add_parser("create", help="create a key; prints it on the last line")
@@ -36,7 +43,48 @@ def _parser() -> argparse.ArgumentParser:
     listing = key.add_parser("list", help="list a tenant's keys (prefix and name only)")
     listing.add_argument("--tenant", required=True)
     key.add_parser("revoke", help="revoke a key").add_argument("key", help="the key or its prefix")
+    _sessions_parser(sub)
+    retention = sub.add_parser("retention", help="retention policy").add_subparsers(
+        dest="action", required=True
+    )
+    run = retention.add_parser("run", help="erase idle sessions and prune old snapshots once")
+    run.add_argument("--idle-days", type=int, default=None, help="default ASR_RETENTION_IDLE_DAYS")
+    run.add_argument(
+        "--keep-snapshots", type=int, default=None, help="default ASR_RETENTION_KEEP_SNAPSHOTS"
+    )
+    run.add_argument("--dry-run", action="store_true", help="list what would be erased")
+    run.add_argument("--tenant", default=None, help="only this tenant (default: all)")
     return parser
+
+
+def _sessions_parser(sub: Any) -> None:
+    verbs = sub.add_parser("sessions", help="inspect, export and import sessions")
+    actions = verbs.add_subparsers(dest="action", required=True)
+
+    def verb(name: str, help_text: str, *, with_id: bool = True) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=help_text)
+        parser.add_argument("--tenant", required=True, help="tenant name")
+        if with_id:
+            parser.add_argument("session_id")
+        return parser
+
+    listing = verb("list", "sessions, newest first (JSON lines)", with_id=False)
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--status", default=None)
+    verb("show", "one session: row and state summary (JSON)")
+    events = verb("events", "events of a session (JSON lines)")
+    events.add_argument("--after-seq", type=int, default=0)
+    events.add_argument("--limit", type=int, default=None)
+    events.add_argument("--types", default=None, help="comma-separated event types")
+    tail = verb("tail", "print events as they are committed (polls)")
+    tail.add_argument("--after-seq", type=int, default=0)
+    tail.add_argument("--interval", type=float, default=1.0)
+    tail.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
+    export = verb("export", "the session's ledger as JSON lines (header + events)")
+    export.add_argument("-o", "--output", default="-", help="file, or - for stdout")
+    importing = verb("import", "a new session from an export", with_id=False)
+    importing.add_argument("file", help="export file, or - for stdin")
+    importing.add_argument("--session-id", default=None, help="id of the new session")
 
 
 def _with_accounts(settings: Settings, action: Callable[[Accounts], Awaitable[Any]]) -> Any:
@@ -61,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "sessions":
+        return asyncio.run(_sessions(args, settings))
+    if args.command == "retention":
+        return asyncio.run(_retention(args, settings))
+    if args.command == "tenant" and args.action == "list":
+        return asyncio.run(_tenant_list(settings))
     if args.command == "migrate":
         # Through the direct URL: DDL and Alembic's version row do not belong behind PgBouncer.
         upgrade_head(settings.direct_url)
@@ -84,6 +138,87 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     _with_accounts(settings, lambda a: a.revoke_key(args.key))
     print("revoked")
     return 0
+
+
+async def _tenant_list(settings: Settings) -> int:
+    async with admin.toolkit(settings) as kit:
+        await admin.list_tenants(kit, sys.stdout)
+    return 0
+
+
+async def _sessions(args: argparse.Namespace, settings: Settings) -> int:
+    out = sys.stdout
+    async with admin.toolkit(settings) as kit:
+        if args.action == "list":
+            await admin.list_sessions(
+                kit, out, tenant=args.tenant, limit=args.limit, status=args.status
+            )
+        elif args.action == "show":
+            await admin.show_session(kit, out, tenant=args.tenant, session_id=args.session_id)
+        elif args.action == "events":
+            types = [t for t in (args.types or "").split(",") if t] or None
+            await admin.print_events(
+                kit,
+                out,
+                tenant=args.tenant,
+                session_id=args.session_id,
+                after_seq=args.after_seq,
+                limit=args.limit,
+                types=types,
+            )
+        elif args.action == "tail":
+            await admin.tail_events(
+                kit,
+                out,
+                tenant=args.tenant,
+                session_id=args.session_id,
+                after_seq=args.after_seq,
+                interval=args.interval,
+                max_seconds=args.max_seconds,
+            )
+        elif args.action == "export":
+            with _open_out(args.output) as target:
+                count = await admin.export_session(
+                    kit, target, tenant=args.tenant, session_id=args.session_id
+                )
+            print(f"exported {count} events of {args.session_id}", file=sys.stderr)
+        else:
+            with _open_in(args.file) as source:
+                record = await admin.import_session(
+                    kit, source, tenant=args.tenant, session_id=args.session_id
+                )
+            print(f"imported {record.last_seq} events as session:", file=sys.stderr)
+            print(record.session_id)
+    return 0
+
+
+async def _retention(args: argparse.Namespace, settings: Settings) -> int:
+    idle = args.idle_days if args.idle_days is not None else settings.retention_idle_days
+    keep = args.keep_snapshots or settings.retention_keep_snapshots
+    policy = RetentionPolicy(idle_days=idle, keep_snapshots=keep)
+    async with admin.toolkit(settings) as kit:
+        await admin.run_retention(
+            kit, sys.stdout, policy=policy, dry_run=args.dry_run, tenant=args.tenant
+        )
+    return 0
+
+
+@contextmanager
+def _open_out(path: str) -> Iterator[TextIO]:
+    if path == "-":
+        yield sys.stdout
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        yield handle
+
+
+@contextmanager
+def _open_in(path: str) -> Iterator[TextIO]:
+    if path == "-":
+        yield sys.stdin
+        return
+    with open(path, encoding="utf-8") as handle:
+        yield handle
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:

@@ -12,9 +12,10 @@ from app.runtime.observer import NullObserver, Observer
 from app.store.accounts import AccountStore
 from app.store.idempotency import IdempotencyStore
 from app.store.ledger import LedgerStore
+from app.store.maintenance import MaintenanceStore
 
 
-class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore):
+class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore, MaintenanceStore):
     """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
 
     def __init__(
