@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import Context, ContextVar, copy_context
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,6 +56,15 @@ def log_context(**fields: str) -> Iterator[dict[str, str]]:
         yield _context.get() or {}
     finally:
         _context.reset(token)
+
+
+def task_context(**fields: str) -> Context:
+    """A context for a background task (`asyncio.create_task(..., context=...)`) whose log
+    lines carry `fields`, and not the fields of the request that started it: the task
+    outlives the request, and must not share (or mutate) the request's context dict."""
+    context = copy_context()
+    context.run(_context.set, dict(fields))
+    return context
 
 
 def bind(**fields: str | None) -> None:

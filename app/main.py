@@ -21,14 +21,18 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import events, ops, sessions
+from app.api import events, memory, ops, runs, sessions
 from app.api.access import AccessMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.metrics import Metrics
 from app.api.problems import install_problem_handlers
 from app.logs import configure_logging
 from app.runtime.accounts import Accounts
+from app.runtime.models.openai_compat import OpenAICompatibleModel
+from app.runtime.models.scripted import ScriptedModel
+from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
+from app.runtime.tools import ToolRegistry
 from app.settings import Settings, get_settings
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
@@ -63,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.store = store
         app.state.accounts = Accounts(store)
-        app.state.runtime = SessionRuntime(
+        runtime = SessionRuntime(
             store,
             limits=Limits(
                 max_items_per_request=settings.max_items_per_request,
@@ -73,16 +77,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
             observer=metrics,
         )
+        app.state.runtime = runtime
+        runs = RunManager(
+            runtime,
+            store,
+            models={
+                "scripted": ScriptedModel(),
+                "openai": OpenAICompatibleModel(
+                    base_url=settings.openai_base_url,
+                    api_key=settings.openai_api_key.get_secret_value(),
+                    default_model=settings.openai_model,
+                    timeout=settings.openai_timeout_seconds,
+                ),
+            },
+            tools=ToolRegistry(),
+            lease_seconds=settings.run_lease_seconds,
+            sweep_seconds=settings.run_sweep_seconds,
+        )
+        app.state.runs = runs
         if settings.bootstrap_default_tenant:
             key = await app.state.accounts.bootstrap()
             if key is not None:
                 # Printed once to the console, never logged: it is the only copy.
                 print("Created tenant 'default'. Its API key (shown once):", flush=True)
                 print(key, flush=True)
+        runs.start_sweeper()
         try:
             yield
         finally:
             app.state.shutdown_event.set()
+            await runs.shutdown(grace_seconds=5.0)
             await engine.dispose()
 
     app = FastAPI(
@@ -97,9 +121,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
-    routes = [*sessions.router.routes, *events.router.routes, *ops.router.routes]
+    routers = (sessions.router, memory.router, runs.router, runs.oneshot, events.router, ops.router)
+    routes = [route for router in routers for route in router.routes]
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
     app.include_router(sessions.router)
+    app.include_router(memory.router)
+    app.include_router(runs.router)
+    app.include_router(runs.oneshot)
     app.include_router(events.router)
     app.include_router(ops.router)
     return app

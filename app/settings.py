@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -63,6 +63,21 @@ class Settings(BaseSettings):
     idempotency_lock_seconds: int = Field(
         default=60, ge=1, description="After this, an unfinished idempotent request may be retried."
     )
+    run_lease_seconds: float = Field(
+        default=30.0, gt=0, description="A run's lease; a dead owner's run is interrupted after it."
+    )
+    run_sweep_seconds: float = Field(
+        default=5.0, gt=0, description="How often each replica looks for expired run leases."
+    )
+    run_wait_seconds: float = Field(
+        default=600.0, gt=0, description="Longest a `mode: wait` request waits for its run."
+    )
+    openai_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible endpoint (Chat Completions); None = OpenAI."
+    )
+    openai_api_key: SecretStr = Field(default=SecretStr(""), description="Never logged or stored.")
+    openai_model: str = Field(default="gpt-4o-mini", description="Default model name.")
+    openai_timeout_seconds: float = Field(default=60.0, gt=0)
     bootstrap_default_tenant: bool = Field(
         default=True, description="On first start with no tenant, create `default` and print a key."
     )

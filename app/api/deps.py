@@ -9,6 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.logs import bind
 from app.runtime.accounts import Accounts, Principal
+from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
 from app.settings import Settings
 
@@ -21,6 +22,10 @@ async def get_settings_dep(request: Request) -> Settings:
 
 async def get_runtime(request: Request) -> SessionRuntime:
     return request.app.state.runtime
+
+
+async def get_runs(request: Request) -> RunManager:
+    return request.app.state.runs
 
 
 async def get_accounts(request: Request) -> Accounts:
@@ -42,6 +47,7 @@ async def get_tenant(
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
+RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
 IdempotencyKey = Annotated[
     str | None,

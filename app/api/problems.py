@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.runtime import errors as e
+from app.runtime.compaction import CompactionFailed
+from app.runtime.models.base import ModelError
 
 log = logging.getLogger("app.api")
 
@@ -27,6 +29,8 @@ MEDIA_TYPE = "application/problem+json"
 # Most specific first: the first class an error is an instance of decides.
 STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
     (e.Unauthorized, 401, "Unauthorized"),
+    (CompactionFailed, 502, "Compaction failed"),
+    (ModelError, 502, "Model call failed"),
     (e.NotFound, 404, "Not found"),
     (e.VersionConflict, 412, "Precondition failed"),
     (e.Conflict, 409, "Conflict"),
@@ -183,4 +187,5 @@ _DESCRIPTIONS = {
     412: "If-Match does not name the current version",
     413: "Request body too large",
     422: "Invalid request",
+    502: "The model or summarizer failed",
 }

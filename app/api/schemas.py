@@ -4,12 +4,12 @@ never set server-owned fields such as tenant_id, seq or version."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.runtime.agent import AgentSpec
-from app.runtime.memory import MemoryItem
+from app.runtime.memory import ContentPart, MemoryItem
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
@@ -31,7 +31,13 @@ class SessionCreate(_Request):
 
 
 class SessionPatch(_Request):
-    metadata: dict[str, Any] = Field(description="RFC 7386 merge patch; null deletes a key.")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="RFC 7386 merge patch; null deletes a key."
+    )
+    max_items: int | None = Field(
+        default=None, ge=1, le=100_000, description="Change the memory window (WINDOW_CHANGED)."
+    )
+    clear_window: bool = Field(default=False, description="Remove the memory window.")
 
 
 class ItemsAppend(_Request):
@@ -113,6 +119,7 @@ class SessionRead(SessionSummary):
     counts: Counts
     estimated_tokens: int
     has_summary: bool
+    truncated: bool
     max_items: int | None
     last_compact: dict[str, Any] | None
     breaker: dict[str, Any]
@@ -167,6 +174,12 @@ class HistoryItem(BaseModel):
 class MemoryView(BaseModel):
     session_id: str
     seq: int
+    truncated: bool = Field(
+        description="Items were evicted or compacted away (the ledger has them)."
+    )
+    covers_seq: list[int] = Field(
+        description="[first, last] seq whose items memory may still hold."
+    )
     items: list[dict[str, Any]]
     summary: str | None
     max_items: int | None
@@ -174,3 +187,134 @@ class MemoryView(BaseModel):
         default=None, description="With full=true: every item ever added, from the ledger."
     )
     next_after_seq: int | None = None
+
+
+# --------------------------------------------------------------------------- runs
+
+
+class ClientTool(_Request):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][\w.-]*$")
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class RunLimits(_Request):
+    max_total_turns: int | None = Field(default=None, ge=1, le=1000)
+    max_auto_followups: int | None = Field(default=None, ge=0, le=100)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=1000)
+    max_wall_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+RunMode = Literal["wait", "stream", "background"]
+
+
+class RunCreate(_Request):
+    input: str | list[ContentPart] | None = Field(
+        default=None, description="The user's message; omit to continue without new input."
+    )
+    mode: RunMode = "wait"
+    multitask: Literal["reject", "enqueue", "interrupt"] = Field(
+        default="reject", description="When a run is already active: 409, wait in line, or stop it."
+    )
+    client_tools: list[ClientTool] = Field(default_factory=list, max_length=64)
+    approval_required: list[str] = Field(default_factory=list, max_length=64)
+    limits: RunLimits = Field(default_factory=RunLimits)
+    on_tool_error: Literal["stop", "feed_back"] | None = None
+    include_deltas: bool = Field(default=True, description="stream mode: send delta frames.")
+
+
+class OneShotRunCreate(RunCreate):
+    agent: AgentSpec = Field(default_factory=AgentSpec)
+    keep: bool = Field(default=False, description="Keep the session afterwards.")
+
+
+class PendingCall(BaseModel):
+    call_id: str
+    name: str | None
+    arguments: str | None
+    kind: str
+
+
+class RunRead(BaseModel):
+    run_id: str
+    session_id: str
+    status: str = Field(description="queued, running, finished, failed or interrupted")
+    stop_reason: str | None
+    output: str | None
+    error: dict[str, Any] | None
+    turns: int
+    usage: dict[str, int]
+    first_seq: int | None
+    last_seq: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    pending: list[PendingCall] = Field(default_factory=list)
+
+
+class RunList(BaseModel):
+    data: list[RunRead]
+
+
+class ToolOutput(_Request):
+    call_id: str = Field(min_length=1, max_length=128)
+    output: str = Field(max_length=1_000_000)
+
+
+class ToolOutputsRequest(_Request):
+    outputs: list[ToolOutput] = Field(min_length=1, max_length=64)
+    replace: bool = Field(default=False, description="Replace earlier outputs instead.")
+    continue_run: bool = Field(
+        default=True, alias="continue", description="Start a run that answers with the outputs."
+    )
+    mode: RunMode = "wait"
+
+
+class ApprovalRequest(_Request):
+    call_id: str = Field(min_length=1, max_length=128)
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(default=None, max_length=4096)
+    continue_run: bool = Field(default=True, alias="continue")
+    mode: RunMode = "wait"
+
+
+class ContinueRead(BaseModel):
+    session_id: str
+    last_seq: int
+    run: RunRead | None
+
+
+class UsageRead(BaseModel):
+    session_id: str
+    usage: dict[str, int]
+    runs: list[dict[str, Any]]
+
+
+class CompactRequest(_Request):
+    strategy: Literal["truncate", "summarize", "tool_results"] | None = Field(
+        default=None, description="Default: the agent's compaction policy."
+    )
+    keep_last: int | None = Field(default=None, ge=1, le=10_000)
+    tool_output_max_chars: int | None = Field(default=None, ge=16)
+    reset_breaker: bool = Field(
+        default=False,
+        description="Close the auto-compaction breaker (alone, or before compacting).",
+    )
+
+
+class CompactRead(BaseModel):
+    session_id: str
+    seq: int
+    result: dict[str, Any] | None
+    breaker: dict[str, Any]
+    estimated_tokens: int
+    items: int
+
+
+class ContextRead(BaseModel):
+    session_id: str
+    seq: int
+    report: dict[str, Any]
+    items: list[dict[str, Any]]
+    summary: str | None

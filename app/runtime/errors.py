@@ -13,6 +13,7 @@ knows about HTTP.
     │   ├── SeqConflict              (append with a stale expected_seq; carries current_seq)
     │   ├── VersionConflict          (If-Match on a stale version; carries current version)
     │   ├── BindingMismatch
+    │   ├── RunAlreadyActive / RunNotActive / RunFenced / NothingPending
     │   └── IdempotencyInFlight
     ├── InvalidRequest
     │   ├── InvalidForkPoint
@@ -48,6 +49,13 @@ class SessionNotFound(NotFound):
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} not found")
+
+
+class RunNotFound(NotFound):
+    code = "run_not_found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} not found")
 
 
 class SnapshotNotFound(NotFound):
@@ -98,6 +106,37 @@ class VersionConflict(Conflict):
             f"expected version {expected_version}, but the session is at {current_version}",
             expected_version=expected_version,
             current_version=current_version,
+        )
+
+
+class RunAlreadyActive(Conflict):
+    code = "run_in_progress"
+
+    def __init__(self, active_run_id: str | None) -> None:
+        super().__init__("the session already has an active run", active_run_id=active_run_id)
+
+
+class RunNotActive(Conflict):
+    code = "run_not_active"
+
+
+class RunFenced(Conflict):
+    """The run was taken over (cancelled, interrupted, lease expired): its owner must stop."""
+
+    code = "run_fenced"
+
+
+class NothingPending(Conflict):
+    code = "nothing_pending"
+
+
+class ToolCallsPending(Conflict):
+    code = "tool_calls_pending"
+
+    def __init__(self, call_ids: list[str]) -> None:
+        super().__init__(
+            "answer or decide the pending tool calls before sending new input",
+            pending_call_ids=call_ids,
         )
 
 

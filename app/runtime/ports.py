@@ -59,6 +59,39 @@ class SnapshotRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RunRecord:
+    tenant_id: str
+    run_id: str
+    session_id: str
+    status: str
+    stop_reason: str | None
+    input: dict[str, Any] | None
+    options: dict[str, Any]
+    output: str | None
+    error: dict[str, Any] | None
+    usage: dict[str, int]
+    turns: int
+    first_seq: int | None
+    last_seq: int | None
+    epoch: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinish:
+    """How a run ends, written in the transaction of its last events."""
+
+    status: str
+    stop_reason: str | None
+    output: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """What one append transaction committed."""
 

@@ -29,7 +29,9 @@ from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
     IdempotencyClaim,
+    LiveFrames,
     NewSession,
+    NoLiveFrames,
     SessionRecord,
     SessionStore,
 )
@@ -62,10 +64,12 @@ class SessionRuntime:
         store: SessionStore,
         *,
         limits: Limits | None = None,
+        live: LiveFrames | None = None,
         observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.limits = limits or Limits()
+        self.live: LiveFrames = live or NoLiveFrames()
         # Runs report their stop reason, latency and model calls here (metrics).
         self.observer: Observer = observer or NullObserver()
         self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
@@ -214,6 +218,16 @@ class SessionRuntime:
             metadata_patch=patch,
         )
         return result.session
+
+    async def change_window(
+        self, tenant_id: str, session_id: str, max_items: int | None
+    ) -> AppendResult:
+        """Set (or, with None, remove) the memory window: WINDOW_CHANGED."""
+        return await self.store.append_events(
+            tenant_id,
+            session_id,
+            events=[NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items})],
+        )
 
     async def append_items(
         self,

@@ -36,6 +36,11 @@ class SessionState:
     usage: dict[str, int] = field(default_factory=_zero_usage)
     last_compact: dict[str, Any] | None = None
     breaker: dict[str, Any] = field(default_factory=_closed_breaker)
+    # Tool calls waiting for an output: call_id -> {name, arguments, kind, run_id, decision}.
+    # kind is "server", "client" (the caller answers) or "approval" (needs a decision).
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The seq of the last event that evicted or compacted items away (0: memory is whole).
+    truncated_through: int = 0
 
     def memory_json(self) -> dict[str, Any]:
         """Memory alone: what "projection equals live memory" compares."""
@@ -50,6 +55,8 @@ class SessionState:
             "usage": self.usage,
             "last_compact": self.last_compact,
             "breaker": self.breaker,
+            "pending": self.pending,
+            "truncated_through": self.truncated_through,
         }
 
     @classmethod
@@ -63,6 +70,8 @@ class SessionState:
             usage={**_zero_usage(), **(data.get("usage") or {})},
             last_compact=data.get("last_compact"),
             breaker={**_closed_breaker(), **(data.get("breaker") or {})},
+            pending={k: dict(v) for k, v in (data.get("pending") or {}).items()},
+            truncated_through=int(data.get("truncated_through", 0)),
         )
 
     def copy(self) -> SessionState:
@@ -80,6 +89,8 @@ class SessionState:
             usage=dict(self.usage),
             last_compact=self.last_compact,
             breaker=dict(self.breaker),
+            pending={k: dict(v) for k, v in self.pending.items()},
+            truncated_through=self.truncated_through,
         )
 
     def estimated_tokens(self) -> int:

@@ -39,7 +39,7 @@ from app.runtime.metadata import check_metadata_size, merge_patch
 from app.runtime.ports import AppendResult, NewSession, SessionRecord, SnapshotRecord
 from app.runtime.state import state_hash
 from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
-from app.store.tables import counters, session_events, session_snapshots, sessions
+from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
 
@@ -150,7 +150,7 @@ class LedgerStore(StoreBase):
         """Erase the session, its events and its snapshots. False if there was none."""
         key = (tenant_id, session_id)
         async with self.write() as conn:
-            for table in (session_events, session_snapshots):
+            for table in (session_events, session_snapshots, runs):
                 await conn.execute(
                     delete(table).where(table.c.tenant_id == key[0], table.c.session_id == key[1])
                 )

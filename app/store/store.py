@@ -11,11 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.runtime.observer import NullObserver, Observer
 from app.store.accounts import AccountStore
 from app.store.idempotency import IdempotencyStore
-from app.store.ledger import LedgerStore
 from app.store.maintenance import MaintenanceStore
+from app.store.runs import RunStore
 
 
-class AgentSessionStore(LedgerStore, AccountStore, IdempotencyStore, MaintenanceStore):
+class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceStore):
     """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
 
     def __init__(

@@ -25,6 +25,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -158,6 +159,44 @@ idempotency_keys = Table(
     Index(None, "expires_at"),
 )
 
+runs = Table(
+    "runs",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("session_id", Id, nullable=False),
+    # queued -> running -> finished | failed | interrupted
+    Column("status", String(16), nullable=False),
+    Column("stop_reason", String(40), nullable=True),
+    Column("input", Json, nullable=True),
+    Column("options", Json, nullable=False),
+    Column("output", Text, nullable=True),
+    Column("error", Json, nullable=True),
+    Column("usage", Json, nullable=False),
+    Column("turns", Integer, nullable=False),
+    Column("first_seq", BigInteger, nullable=True),
+    Column("last_seq", BigInteger, nullable=True),
+    Column("idempotency_key", String(255), nullable=True),
+    # Fencing: every write of the run's owner checks (epoch, status = running); a takeover
+    # (cancel, lease expiry, interrupt) bumps the epoch, so a paused owner can write nothing.
+    Column("epoch", Integer, nullable=False),
+    Column("lease_owner", String(128), nullable=True),
+    Column("lease_expires_at", Timestamp, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("started_at", Timestamp, nullable=True),
+    Column("finished_at", Timestamp, nullable=True),
+    Column("updated_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "run_id"),
+    ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    ),
+    Index(None, "tenant_id", "session_id", "created_at"),
+    # The sweeper looks for expired leases of live runs on every replica.
+    Index(None, "status", "lease_expires_at"),
+)
+
 counters = Table(
     "counters",
     metadata,
@@ -167,7 +206,14 @@ counters = Table(
 )
 
 # Used by docstrings and the RLS migration of a later issue: every table that holds tenant rows.
-TENANT_TABLES = ("api_keys", "sessions", "session_snapshots", "session_events", "idempotency_keys")
+TENANT_TABLES = (
+    "api_keys",
+    "sessions",
+    "session_snapshots",
+    "session_events",
+    "idempotency_keys",
+    "runs",
+)
 
 __all__ = [
     "TENANT_TABLES",
@@ -175,6 +221,7 @@ __all__ = [
     "counters",
     "idempotency_keys",
     "metadata",
+    "runs",
     "session_events",
     "session_snapshots",
     "sessions",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -71,7 +72,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
 
         @initialize()
         def make_tenant(self) -> None:
-            name = f"r1-{os.getpid()}-{id(self)}-{self.counter}"
+            name = f"r1-{uuid.uuid4().hex}"
             self.tenant = self.run(Accounts(self.store).create_tenant(name)).tenant_id
 
         @rule(target=sessions)

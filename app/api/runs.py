@@ -1,0 +1,373 @@
+"""Run routes: start (wait / stream / background), list, get, cancel, tool outputs, approvals,
+usage, and the one-shot `POST /v1/runs`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.deps import IdempotencyKey, RunsDep, RuntimeDep, SettingsDep, TenantDep
+from app.api.idempotency import idempotent
+from app.api.problems import problem_responses
+from app.api.schemas import (
+    ApprovalRequest,
+    ContinueRead,
+    OneShotRunCreate,
+    RunCreate,
+    RunList,
+    RunRead,
+    ToolOutputsRequest,
+    UsageRead,
+)
+from app.runtime.errors import RunNotFound
+from app.runtime.ports import RunRecord
+from app.runtime.runs import RunManager, RunRequest, answer_tool_calls, decide_approval
+from app.runtime.service import SessionRuntime
+from app.settings import Settings
+
+router = APIRouter(prefix="/v1/sessions", tags=["runs"])
+oneshot = APIRouter(prefix="/v1", tags=["runs"])
+
+_STREAM_DOC = {
+    200: {
+        "description": "wait: the run's result; stream: Server-Sent Events of the run",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    202: {"description": "background: accepted; poll the Location", "model": RunRead},
+}
+
+
+async def run_view(runtime: SessionRuntime, run: RunRecord) -> dict[str, Any]:
+    """A run with the tool calls it left waiting (when it stopped for them)."""
+    pending: list[dict[str, Any]] = []
+    if run.status == "finished" and run.stop_reason in ("NEEDS_USER_INPUT", "BLOCKED_BY_APPROVAL"):
+        state = (await runtime.load(run.tenant_id, run.session_id)).state
+        pending = [
+            {
+                "call_id": cid,
+                "name": c.get("name"),
+                "arguments": c.get("arguments"),
+                "kind": c["kind"],
+            }
+            for cid, c in state.pending.items()
+            if c.get("run_id") == run.run_id and c.get("decision") is None
+        ]
+    return {
+        "run_id": run.run_id,
+        "session_id": run.session_id,
+        "status": run.status,
+        "stop_reason": run.stop_reason,
+        "output": run.output,
+        "error": run.error,
+        "turns": run.turns,
+        "usage": run.usage,
+        "first_seq": run.first_seq,
+        "last_seq": run.last_seq,
+        "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "pending": pending,
+    }
+
+
+def _request_of(body: RunCreate) -> RunRequest:
+    value = body.input
+    if isinstance(value, list):
+        value = [p.model_dump(mode="json", exclude_none=True) for p in value]
+    return RunRequest(
+        input=value,
+        multitask=body.multitask,
+        client_tools=[t.model_dump() for t in body.client_tools],
+        approval_required=body.approval_required,
+        limits=body.limits.model_dump(exclude_none=True),
+        on_tool_error=body.on_tool_error,
+    )
+
+
+async def respond(
+    runs: RunManager,
+    runtime: SessionRuntime,
+    settings: Settings,
+    tenant_id: str,
+    run: RunRecord,
+    mode: str,
+    *,
+    include_deltas: bool = True,
+) -> Response:
+    """Answer a started run in the requested mode."""
+    location = f"/v1/sessions/{run.session_id}/runs/{run.run_id}"
+    if mode == "background":
+        return JSONResponse(
+            await run_view(runtime, run), status_code=202, headers={"Location": location}
+        )
+    if mode == "stream":
+        return EventSourceResponse(
+            _stream(runs, runtime, tenant_id, run, include_deltas),
+            ping=10,
+            send_timeout=30,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+    done = await runs.wait(tenant_id, run.run_id, within_seconds=settings.run_wait_seconds)
+    return JSONResponse(await run_view(runtime, done), headers={"Location": location})
+
+
+async def _stream(
+    runs: RunManager, runtime: SessionRuntime, tenant_id: str, run: RunRecord, deltas: bool
+) -> AsyncIterator[ServerSentEvent]:
+    """The run's events (id = seq) and delta frames (no id), until RUN_FINISHED."""
+    queue = runs.listen(run.run_id)
+    sent = 0
+    try:
+        # Events committed before we listened (the run's start) come from the table.
+        for event in await runtime.list_events(tenant_id, run.session_id, run_id=run.run_id):
+            sent = event.seq
+            yield ServerSentEvent(
+                id=str(event.seq), event=event.type, data=json.dumps(event.to_json())
+            )
+        while queue is not None:
+            kind, item = await queue.get()
+            if kind == "end":
+                break
+            if kind == "delta":
+                if deltas:
+                    yield ServerSentEvent(event=item.get("type", "delta"), data=json.dumps(item))
+                continue
+            if item.seq <= sent:
+                continue
+            sent = item.seq
+            yield ServerSentEvent(
+                id=str(item.seq), event=item.type, data=json.dumps(item.to_json())
+            )
+        for event in await runtime.list_events(
+            tenant_id, run.session_id, run_id=run.run_id, after_seq=sent
+        ):
+            yield ServerSentEvent(
+                id=str(event.seq), event=event.type, data=json.dumps(event.to_json())
+            )
+    finally:
+        if queue is not None:
+            runs.unlisten(run.run_id, queue)
+
+
+@router.post(
+    "/{session_id}/runs",
+    summary="Run the agent: mode wait (result), stream (SSE) or background (202)",
+    response_model=RunRead,
+    responses={**_STREAM_DOC, **problem_responses(401, 404, 409, 413, 422)},
+)
+async def create_run(
+    session_id: str,
+    body: RunCreate,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    runs: RunsDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    async def produce() -> Response:
+        run = await runs.start(
+            tenant.tenant_id, session_id, _request_of(body), idempotency_key=idempotency_key
+        )
+        return await respond(
+            runs,
+            runtime,
+            settings,
+            tenant.tenant_id,
+            run,
+            body.mode,
+            include_deltas=body.include_deltas,
+        )
+
+    if body.mode == "stream":
+        return await produce()  # a stream cannot be replayed; the key is not recorded
+    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+
+
+@router.get(
+    "/{session_id}/runs",
+    response_model=RunList,
+    summary="Runs of a session, newest first",
+    responses=problem_responses(401, 404),
+)
+async def list_runs(session_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep) -> dict:
+    await runtime.get(tenant.tenant_id, session_id)
+    records = await runs.store.list_runs(tenant.tenant_id, session_id)
+    return {"data": [await run_view(runtime, r) for r in records]}
+
+
+async def _owned_run(runs: RunManager, tenant_id: str, session_id: str, run_id: str) -> RunRecord:
+    # The session first: another tenant's session is "session not found" on every route.
+    await runs.runtime.get(tenant_id, session_id)
+    run = await runs.store.get_run(tenant_id, run_id)
+    if run is None or run.session_id != session_id:
+        raise RunNotFound(run_id)
+    return run
+
+
+@router.get(
+    "/{session_id}/runs/{run_id}",
+    response_model=RunRead,
+    summary="A run's status, stop reason, output and usage",
+    responses=problem_responses(401, 404),
+)
+async def get_run(
+    session_id: str, run_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep
+) -> dict:
+    return await run_view(runtime, await _owned_run(runs, tenant.tenant_id, session_id, run_id))
+
+
+@router.post(
+    "/{session_id}/runs/{run_id}/cancel",
+    response_model=RunRead,
+    summary="Interrupt a run (INTERRUPTED); a finished run is returned as it is",
+    responses=problem_responses(401, 404),
+)
+async def cancel_run(
+    session_id: str, run_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep
+) -> dict:
+    await _owned_run(runs, tenant.tenant_id, session_id, run_id)
+    return await run_view(runtime, await runs.cancel(tenant.tenant_id, session_id, run_id))
+
+
+async def _continue(
+    runs: RunManager,
+    runtime: SessionRuntime,
+    settings: Settings,
+    tenant_id: str,
+    session_id: str,
+    last_seq: int,
+    continue_run: bool,
+    mode: str,
+) -> Response:
+    if not continue_run:
+        return JSONResponse({"session_id": session_id, "last_seq": last_seq, "run": None})
+    run = await runs.start(tenant_id, session_id, RunRequest())
+    return await respond(runs, runtime, settings, tenant_id, run, mode)
+
+
+@router.post(
+    "/{session_id}/tool-outputs",
+    summary="Answer pending client tool calls (and continue), or replace an earlier output",
+    responses={**_STREAM_DOC, **problem_responses(401, 404, 409, 422)},
+    response_model=RunRead | ContinueRead,
+)
+async def post_tool_outputs(
+    session_id: str,
+    body: ToolOutputsRequest,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    runs: RunsDep,
+    settings: SettingsDep,
+) -> Response:
+    result = await answer_tool_calls(
+        runtime,
+        tenant.tenant_id,
+        session_id,
+        [o.model_dump() for o in body.outputs],
+        replace=body.replace,
+    )
+    return await _continue(
+        runs,
+        runtime,
+        settings,
+        tenant.tenant_id,
+        session_id,
+        result.session.last_seq,
+        body.continue_run and not body.replace,
+        body.mode,
+    )
+
+
+@router.post(
+    "/{session_id}/approvals",
+    summary="Approve or reject a pending tool call (and continue)",
+    responses={**_STREAM_DOC, **problem_responses(401, 404, 409, 422)},
+    response_model=RunRead | ContinueRead,
+)
+async def post_approval(
+    session_id: str,
+    body: ApprovalRequest,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    runs: RunsDep,
+    settings: SettingsDep,
+) -> Response:
+    result = await decide_approval(
+        runtime,
+        tenant.tenant_id,
+        session_id,
+        call_id=body.call_id,
+        decision=body.decision,
+        reason=body.reason,
+    )
+    return await _continue(
+        runs,
+        runtime,
+        settings,
+        tenant.tenant_id,
+        session_id,
+        result.session.last_seq,
+        body.continue_run,
+        body.mode,
+    )
+
+
+@router.get(
+    "/{session_id}/usage",
+    response_model=UsageRead,
+    summary="Token usage: the session's totals and each run's",
+    responses=problem_responses(401, 404),
+)
+async def get_usage(session_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep) -> dict:
+    loaded = await runtime.load(tenant.tenant_id, session_id)
+    records = await runs.store.list_runs(tenant.tenant_id, session_id)
+    return {
+        "session_id": session_id,
+        "usage": loaded.state.usage,
+        "runs": [{"run_id": r.run_id, "usage": r.usage, "turns": r.turns} for r in records],
+    }
+
+
+@oneshot.post(
+    "/runs",
+    summary="One-shot run without a stored session (kept only with keep=true)",
+    response_model=RunRead,
+    responses={**_STREAM_DOC, **problem_responses(401, 409, 413, 422)},
+)
+async def create_oneshot_run(
+    body: OneShotRunCreate,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    runs: RunsDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    async def produce() -> Response:
+        loaded = await runtime.create(
+            tenant.tenant_id,
+            session_id=None,
+            metadata={"one_shot": True},
+            agent=body.agent.model_dump(),
+            binding={},
+        )
+        session_id = loaded.session.session_id
+        run = await runs.start(tenant.tenant_id, session_id, _request_of(body))
+        if body.mode != "wait" or body.keep:
+            return await respond(runs, runtime, settings, tenant.tenant_id, run, body.mode)
+        done = await runs.wait(
+            tenant.tenant_id, run.run_id, within_seconds=settings.run_wait_seconds
+        )
+        view = await run_view(runtime, done)
+        await runtime.delete(tenant.tenant_id, session_id)
+        return JSONResponse(view)
+
+    if body.mode == "stream":
+        return await produce()
+    return await idempotent(request, runtime, tenant, idempotency_key, produce)

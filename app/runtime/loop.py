@@ -1,0 +1,423 @@
+"""The loop controller: run model turns and tools, then continue or stop with a reason.
+
+One user request is one run; one run may be several turns. After each turn the controller
+either continues (tool results to answer, or an auto-continue with a hidden instruction that
+never enters memory) or stops with a `StopReason`. Each turn writes its events in a few
+fenced transactions: the request (STEP_START, MODEL_REQUEST), the response with its memory
+items and TOOL_CALLs (committed before any tool runs, so a crash never re-executes a tool),
+then the tool results and the decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from app.runtime.compaction import CompactionPolicy, Summarizer, plan_auto_compaction
+from app.runtime.context import project
+from app.runtime.errors import AgentSessionError
+from app.runtime.events import EventType, NewEvent
+from app.runtime.memory import estimate_tokens
+from app.runtime.models.base import (
+    CONTINUATION_INSTRUCTION,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    ToolSpec,
+)
+from app.runtime.ports import AppendResult
+from app.runtime.state import SessionState
+from app.runtime.tools import Tool, ToolError, ToolRegistry
+
+
+class StopReason(StrEnum):
+    COMPLETED = "COMPLETED"
+    NEEDS_USER_INPUT = "NEEDS_USER_INPUT"
+    BLOCKED_BY_APPROVAL = "BLOCKED_BY_APPROVAL"
+    BLOCKED_BY_TOOL_ERROR = "BLOCKED_BY_TOOL_ERROR"
+    MAX_AUTO_FOLLOWUPS_REACHED = "MAX_AUTO_FOLLOWUPS_REACHED"
+    MAX_TOTAL_TURNS_REACHED = "MAX_TOTAL_TURNS_REACHED"
+    # A budget other than turns (tool calls, wall time, tokens); the payload names which.
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    INTERRUPTED = "INTERRUPTED"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """Everything a run needs to know, resolved from the agent spec and the request."""
+
+    model: str | None
+    instructions: str | None
+    server_tools: list[Tool]
+    client_tools: list[ToolSpec]
+    approval_required: frozenset[str]
+    max_total_turns: int
+    max_auto_followups: int
+    max_tool_calls: int
+    max_wall_seconds: float
+    max_tokens: int | None
+    on_tool_error: str  # "stop" | "feed_back"
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    summarizer: Summarizer | None = None
+    context_budget: int | None = None  # max input tokens minus reserved output tokens
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return [t.spec for t in self.server_tools] + list(self.client_tools)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How the loop ended; the caller writes it with the last events."""
+
+    status: str  # finished | failed
+    stop_reason: str | None
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    events: list[NewEvent] = field(default_factory=list)
+
+
+Write = Callable[[list[NewEvent], dict[str, Any]], Awaitable[AppendResult]]
+LoadState = Callable[[], Awaitable[SessionState]]
+Publish = Callable[[dict[str, Any]], None]
+
+
+def _zero() -> dict[str, int]:
+    return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+
+
+class LoopController:
+    """Drives one run. `write` is fenced by the run's epoch; `load` gives current memory."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        options: RunOptions,
+        model: ModelClient,
+        tools: ToolRegistry,
+        write: Write,
+        load: LoadState,
+        publish: Publish,
+    ) -> None:
+        self.run_id = run_id
+        self.opts = options
+        self.model = model
+        self.tools = tools
+        self.write = write
+        self.load = load
+        self.publish = publish
+        self.usage = _zero()
+        self.turns = 0
+        self.tool_calls = 0
+        self.followups = 0
+        self.started = time.monotonic()
+
+    def _progress(self) -> dict[str, Any]:
+        return {"turns": self.turns, "usage": dict(self.usage)}
+
+    async def run(self) -> Outcome:
+        await self._settle_decided_calls()
+        continuation: str | None = None
+        while True:
+            budget = self._budget_exceeded()
+            if budget is not None:
+                return budget
+            self.turns += 1
+            turn_id = f"{self.run_id}.t{self.turns}"
+            state = await self._compacted_state(turn_id)
+            items, report = project(state.items, state.summary, self.opts.context_budget)
+            request = ModelRequest(
+                model=self.opts.model or "",
+                instructions=self._instructions(state),
+                items=items,
+                tools=self.opts.tool_specs(),
+                continuation=continuation,
+                continuation_count=self.followups,
+            )
+            opening = [
+                NewEvent(EventType.STEP_START, {"turn": self.turns}, self.run_id, turn_id),
+                NewEvent(
+                    EventType.MODEL_REQUEST,
+                    {
+                        "model": request.model,
+                        "items": len(request.items),
+                        "estimated_tokens": report["tokens_after"],
+                        "budget": self.opts.context_budget,
+                        "tools": [t.name for t in request.tools],
+                        "continuation": continuation is not None,
+                    },
+                    self.run_id,
+                    turn_id,
+                ),
+            ]
+            if report["items_dropped"]:
+                # The prompt was shaped; memory was not: a projection report, not a compaction.
+                opening.append(NewEvent(EventType.MEMORY_COMPRESS, report, self.run_id, turn_id))
+            await self.write(opening, self._progress())
+            try:
+                response = await self.model.complete(request, self._delta(turn_id))
+            except AgentSessionError as exc:
+                return self._failed(exc, turn_id)
+            self._count_usage(response, request)
+            continuation = None
+            outcome = await self._after_response(response, turn_id)
+            if outcome is not None:
+                return outcome
+            if response.needs_continuation and not response.tool_calls:
+                if self.followups >= self.opts.max_auto_followups:
+                    return self._stop(StopReason.MAX_AUTO_FOLLOWUPS_REACHED, turn_id, response.text)
+                self.followups += 1
+                continuation = CONTINUATION_INSTRUCTION
+                await self.write(
+                    [
+                        NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id),
+                        NewEvent(
+                            EventType.AUTO_CONTINUE,
+                            {"followup": self.followups, "instruction": continuation},
+                            self.run_id,
+                            turn_id,
+                        ),
+                    ],
+                    self._progress(),
+                )
+
+    async def _compacted_state(self, turn_id: str) -> SessionState:
+        """Memory before a turn, after automatic compaction if the policy calls for it."""
+        state = await self.load()
+        if self.opts.summarizer is None:
+            return state
+        events = await plan_auto_compaction(state, self.opts.compaction, self.opts.summarizer)
+        if not events:
+            return state
+        await self.write(
+            [NewEvent(e.type, e.payload, self.run_id, turn_id) for e in events], self._progress()
+        )
+        return await self.load()
+
+    def _instructions(self, state: SessionState) -> str | None:
+        parts = [p for p in (self.opts.instructions, state.summary) if p]
+        if state.summary:
+            parts[-1] = f"Summary of the earlier conversation: {state.summary}"
+        return "\n\n".join(parts) or None
+
+    def _delta(self, turn_id: str) -> Callable[[dict[str, Any]], None]:
+        def on_delta(frame: dict[str, Any]) -> None:
+            self.publish({**frame, "run_id": self.run_id, "turn_id": turn_id})
+
+        return on_delta
+
+    def _count_usage(self, response: ModelResponse, request: ModelRequest) -> None:
+        usage = response.usage or {}
+        if not usage:  # no provider figure: estimate
+            prompt = estimate_tokens(request.items)
+            output = len(response.text) // 4 + 1
+            usage = {
+                "input_tokens": prompt,
+                "output_tokens": output,
+                "total_tokens": prompt + output,
+            }
+            response.usage = usage
+        for key in self.usage:
+            self.usage[key] += int(usage.get(key, 0))
+
+    def _budget_exceeded(self) -> Outcome | None:
+        turn_id = f"{self.run_id}.t{self.turns}"
+        if self.turns >= self.opts.max_total_turns:
+            return self._stop(StopReason.MAX_TOTAL_TURNS_REACHED, turn_id)
+        if time.monotonic() - self.started > self.opts.max_wall_seconds:
+            return self._stop(StopReason.BUDGET_EXCEEDED, turn_id, budget="wall_time")
+        if self.opts.max_tokens is not None and self.usage["total_tokens"] >= self.opts.max_tokens:
+            return self._stop(StopReason.BUDGET_EXCEEDED, turn_id, budget="tokens")
+        if self.tool_calls > self.opts.max_tool_calls:
+            return self._stop(StopReason.BUDGET_EXCEEDED, turn_id, budget="tool_calls")
+        return None
+
+    async def _after_response(self, response: ModelResponse, turn_id: str) -> Outcome | None:
+        """Record the response and run its tools; an Outcome when the run must stop here."""
+        items: list[dict[str, Any]] = []
+        if response.text:
+            items.append({"type": "message", "role": "assistant", "content": response.text})
+        kinds: dict[str, str] = {}
+        for call in response.tool_calls:
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                }
+            )
+            kinds[call.call_id] = self._kind(call.name)
+        events = [
+            NewEvent(
+                EventType.MODEL_RESPONSE,
+                {
+                    "text": response.text,
+                    "tool_calls": [
+                        {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+                        for c in response.tool_calls
+                    ],
+                    "usage": response.usage,
+                    "finish_reason": response.finish_reason,
+                },
+                self.run_id,
+                turn_id,
+            )
+        ]
+        if items:
+            events.append(
+                NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": items}, self.run_id, turn_id)
+            )
+        for call in response.tool_calls:
+            payload = {
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "kind": kinds[call.call_id],
+                "run_id": self.run_id,
+            }
+            events.append(NewEvent(EventType.TOOL_CALL, payload, self.run_id, turn_id))
+            if kinds[call.call_id] == "approval":
+                events.append(NewEvent(EventType.APPROVAL_REQUESTED, payload, self.run_id, turn_id))
+        await self.write(events, self._progress())
+        if not response.tool_calls:
+            if response.needs_continuation:
+                return None
+            reason = (
+                StopReason.NEEDS_USER_INPUT
+                if response.text.rstrip().endswith("?")
+                else StopReason.COMPLETED
+            )
+            return self._stop(reason, turn_id, response.text)
+        self.tool_calls += len(response.tool_calls)
+        results, failed = await self._run_server_tools(response, kinds, turn_id)
+        pending = [c for c in response.tool_calls if kinds[c.call_id] != "server"]
+        if failed and self.opts.on_tool_error == "stop":
+            return self._stop(StopReason.BLOCKED_BY_TOOL_ERROR, turn_id, extra=results)
+        if any(kinds[c.call_id] == "client" for c in pending):
+            return self._stop(StopReason.NEEDS_USER_INPUT, turn_id, extra=results, pending=pending)
+        if pending:
+            return self._stop(
+                StopReason.BLOCKED_BY_APPROVAL, turn_id, extra=results, pending=pending
+            )
+        await self.write(
+            [*results, NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id)],
+            self._progress(),
+        )
+        return None
+
+    def _kind(self, name: str) -> str:
+        if any(t.name == name for t in self.opts.client_tools):
+            return "client"
+        if name in self.opts.approval_required:
+            return "approval"
+        return "server"
+
+    async def _run_server_tools(
+        self, response: ModelResponse, kinds: dict[str, str], turn_id: str
+    ) -> tuple[list[NewEvent], bool]:
+        results: list[NewEvent] = []
+        failed = False
+        for call in response.tool_calls:
+            if kinds[call.call_id] != "server":
+                continue
+            output, is_error = await self._execute(call.name, call.arguments)
+            failed = failed or is_error
+            results.append(self._result(call.call_id, output, is_error, turn_id))
+        return results, failed
+
+    async def _execute(self, name: str, arguments: str) -> tuple[str, bool]:
+        tool = next((t for t in self.opts.server_tools if t.name == name), None)
+        if tool is None:
+            return f"error: no tool named {name!r} is available", True
+        try:
+            return await self.tools.execute(tool, arguments), False
+        except ToolError as exc:
+            return f"error: {exc}", True
+
+    def _result(self, call_id: str, output: str, is_error: bool, turn_id: str | None) -> NewEvent:
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        return NewEvent(
+            EventType.TOOL_RESULT,
+            {"item": item, "call_id": call_id, "is_error": is_error},
+            self.run_id,
+            turn_id,
+        )
+
+    async def _settle_decided_calls(self) -> None:
+        """Before the first turn: run approved calls, answer rejected ones."""
+        state = await self.load()
+        events: list[NewEvent] = []
+        for call_id, call in state.pending.items():
+            decision = call.get("decision")
+            if call.get("kind") != "approval" or decision is None:
+                continue
+            if decision == "approve":
+                output, is_error = await self._execute(call["name"], call.get("arguments", "{}"))
+            else:
+                reason = call.get("reason") or "no reason given"
+                output, is_error = f"rejected by the user: {reason}", False
+            events.append(self._result(call_id, output, is_error, None))
+        if events:
+            await self.write(events, self._progress())
+
+    def _stop(
+        self,
+        reason: StopReason,
+        turn_id: str,
+        output: str | None = None,
+        *,
+        extra: list[NewEvent] | None = None,
+        pending: list[Any] | None = None,
+        budget: str | None = None,
+    ) -> Outcome:
+        events = list(extra or [])
+        events.append(NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id))
+        if reason == StopReason.COMPLETED:
+            events.append(
+                NewEvent(EventType.FINAL_OUTPUT, {"text": output or ""}, self.run_id, turn_id)
+            )
+        stop: dict[str, Any] = {"stop_reason": str(reason)}
+        if pending:
+            stop["pending"] = [
+                {"call_id": c.call_id, "name": c.name, "arguments": c.arguments} for c in pending
+            ]
+        if budget:
+            stop["budget"] = budget
+        events.append(NewEvent(EventType.AUTO_STOP, stop, self.run_id, turn_id))
+        events.append(
+            NewEvent(
+                EventType.RUN_FINISHED,
+                {
+                    "status": "finished",
+                    "stop_reason": str(reason),
+                    "usage": dict(self.usage),
+                    "turns": self.turns,
+                },
+                self.run_id,
+                turn_id,
+            )
+        )
+        return Outcome(status="finished", stop_reason=str(reason), output=output, events=events)
+
+    def _failed(self, exc: AgentSessionError, turn_id: str) -> Outcome:
+        problem = {"code": exc.code, "detail": exc.detail}
+        events = [
+            NewEvent(EventType.ERROR, problem, self.run_id, turn_id),
+            NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id),
+            NewEvent(
+                EventType.RUN_FINISHED,
+                {
+                    "status": "failed",
+                    "stop_reason": None,
+                    "usage": dict(self.usage),
+                    "turns": self.turns,
+                },
+                self.run_id,
+                turn_id,
+            ),
+        ]
+        return Outcome(status="failed", stop_reason=None, error=problem, events=events)

@@ -1,0 +1,1 @@
+"""Model clients behind one async interface: `scripted` (offline, deterministic) and `openai`."""

@@ -1,0 +1,691 @@
+"""`RunManager`: starts runs, keeps their leases, cancels them, and sweeps dead ones.
+
+Ownership is a lease with an epoch (DESIGN §9). The owner renews the lease while it works;
+every write it makes is fenced by the epoch. Cancel, interrupt and the sweeper all use one
+takeover: bump the epoch and mark the run interrupted (`fence_run`), then write the closing
+events and free the session (`close_fenced_run`). A tool call that may have started in a
+dead run is answered "interrupted", never executed again (at most once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+from app.logs import task_context
+from app.runtime.agent import AgentSpec
+from app.runtime.compact import auto_compact
+from app.runtime.compaction import ModelSummarizer, ScriptedSummarizer, Summarizer
+from app.runtime.context import budget_of
+from app.runtime.errors import (
+    AgentSessionError,
+    NothingPending,
+    RunAlreadyActive,
+    RunFenced,
+    RunNotFound,
+    ToolCallsPending,
+)
+from app.runtime.events import EventType, NewEvent
+from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
+from app.runtime.models.base import ModelClient, ModelError, ToolSpec
+from app.runtime.observer import Observer
+from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.runtime.service import SessionRuntime
+from app.runtime.state import SessionState
+from app.runtime.tools import ToolRegistry
+
+log = logging.getLogger("app.runs")
+T = TypeVar("T")
+
+INTERRUPTED_OUTPUT = "error: interrupted — the run stopped before this tool call finished"
+
+
+class RunStorePort(Protocol):
+    async def create_run(
+        self, tenant_id: str, session_id: str, **kw: Any
+    ) -> tuple[RunRecord, AppendResult | None]: ...
+    async def claim_run(
+        self, tenant_id: str, run_id: str, **kw: Any
+    ) -> tuple[RunRecord, AppendResult]: ...
+    async def append_run_events(self, tenant_id: str, run_id: str, **kw: Any) -> AppendResult: ...
+    async def renew_lease(self, tenant_id: str, run_id: str, **kw: Any) -> bool: ...
+    async def fence_run(self, tenant_id: str, run_id: str, **kw: Any) -> RunRecord | None: ...
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, **kw: Any
+    ) -> AppendResult | None: ...
+    async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None: ...
+    async def list_runs(
+        self, tenant_id: str, session_id: str, *, limit: int = 100
+    ) -> list[RunRecord]: ...
+    async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """What a caller asks of a run (HTTP schemas map onto this)."""
+
+    input: Any | None = None
+    multitask: str = "reject"  # reject | enqueue | interrupt
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    approval_required: list[str] = field(default_factory=list)
+    limits: dict[str, Any] = field(default_factory=dict)
+    on_tool_error: str | None = None
+
+
+@dataclass
+class _Live:
+    """A run executing in this process."""
+
+    run: RunRecord
+    task: asyncio.Task[None] | None = None
+    interrupted: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    listeners: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class RunManager:
+    def __init__(
+        self,
+        runtime: SessionRuntime,
+        store: RunStorePort,
+        *,
+        models: dict[str, ModelClient],
+        tools: ToolRegistry,
+        owner: str | None = None,
+        lease_seconds: float = 30.0,
+        sweep_seconds: float = 5.0,
+        queue_poll_seconds: float = 0.1,
+    ) -> None:
+        self.runtime = runtime
+        self.store = store
+        self.models = models
+        self.tools = tools
+        self.owner = owner or default_owner()
+        self.lease = timedelta(seconds=lease_seconds)
+        self.sweep_seconds = sweep_seconds
+        self.queue_poll_seconds = queue_poll_seconds
+        self._live: dict[str, _Live] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+
+    # ------------------------------------------------------------------ starting
+
+    async def start(
+        self,
+        tenant_id: str,
+        session_id: str,
+        request: RunRequest,
+        *,
+        idempotency_key: str | None = None,
+    ) -> RunRecord:
+        """Create the run and start it in the background; returns its first record.
+
+        Raises:
+            SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending.
+        """
+        loaded = await self.runtime.load(tenant_id, session_id)
+        options = self.resolve_options(loaded.session.agent, request)
+        if request.input is not None:
+            waiting = [
+                cid
+                for cid, c in loaded.state.pending.items()
+                if c.get("kind") in ("client", "approval") and c.get("decision") is None
+            ]
+            if waiting:
+                raise ToolCallsPending(waiting)
+        if request.multitask == "interrupt" and loaded.session.active_run_id:
+            await self.cancel(tenant_id, session_id, loaded.session.active_run_id)
+        run_id = f"run_{uuid.uuid4().hex}"
+        start_events = self._start_events(run_id, request, options)
+        queued = request.multitask == "enqueue"
+        record, _ = await self.store.create_run(
+            tenant_id,
+            session_id,
+            input=_input_json(request.input),
+            options=_options_json(request),
+            owner=self.owner,
+            lease_until=self._lease_until(),
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            start_events=None if queued else start_events,
+        )
+        live = _Live(run=record)
+        self._live[run_id] = live
+        live.task = asyncio.create_task(
+            self._execute(record, options, start_events if queued else None, live),
+            name=f"run:{run_id}",
+            # The run's log lines name it (and its session), not the request that started it.
+            context=task_context(tenant_id=tenant_id, session_id=session_id, run_id=run_id),
+        )
+        return record
+
+    def _start_events(
+        self, run_id: str, request: RunRequest, options: RunOptions
+    ) -> list[NewEvent]:
+        events = [
+            NewEvent(
+                EventType.RUN_STARTED,
+                {
+                    "input": _input_json(request.input),
+                    "limits": {
+                        "max_total_turns": options.max_total_turns,
+                        "max_auto_followups": options.max_auto_followups,
+                        "max_tool_calls": options.max_tool_calls,
+                        "max_wall_seconds": options.max_wall_seconds,
+                        "max_tokens": options.max_tokens,
+                    },
+                    "client_tools": [t.name for t in options.client_tools],
+                },
+                run_id,
+            )
+        ]
+        if request.input is not None:
+            item = {"type": "message", "role": "user", "content": request.input}
+            events.append(NewEvent(EventType.USER_INPUT, {"item": item}, run_id))
+        return events
+
+    def resolve_options(self, agent: dict[str, Any], request: RunRequest) -> RunOptions:
+        """Agent spec defaults, overridden per run by the request's limits."""
+        spec = AgentSpec.model_validate(agent or {})
+        limits = request.limits
+        client_tools = [
+            ToolSpec(
+                name=t["name"],
+                description=t.get("description", ""),
+                parameters=t.get("parameters") or {"type": "object", "properties": {}},
+            )
+            for t in request.client_tools
+        ]
+        return RunOptions(
+            model=spec.model,
+            instructions=spec.instructions,
+            server_tools=[
+                t
+                for t in self.tools.available(spec.tools)
+                if t.name not in {c.name for c in client_tools}
+            ],
+            client_tools=client_tools,
+            approval_required=frozenset(spec.approval_required)
+            | frozenset(request.approval_required),
+            max_total_turns=limits.get("max_total_turns") or spec.max_total_turns,
+            max_auto_followups=_first(limits.get("max_auto_followups"), spec.max_auto_followups),
+            max_tool_calls=_first(limits.get("max_tool_calls"), spec.max_tool_calls),
+            max_wall_seconds=limits.get("max_wall_seconds") or spec.max_wall_seconds,
+            max_tokens=limits.get("max_tokens") or spec.max_tokens,
+            on_tool_error=request.on_tool_error or spec.on_tool_error,
+            compaction=spec.compaction,
+            summarizer=self.summarizer_for(agent),
+            context_budget=budget_of(spec.max_input_tokens, spec.reserved_output_tokens),
+        )
+
+    def summarizer_for(self, agent: dict[str, Any]) -> Summarizer:
+        spec = AgentSpec.model_validate(agent or {})
+        if spec.provider == "scripted":
+            return ScriptedSummarizer()
+        return ModelSummarizer(self.models[spec.provider], spec.model)
+
+    def model_for(self, agent: dict[str, Any]) -> ModelClient:
+        provider = AgentSpec.model_validate(agent or {}).provider
+        return self.models[provider]
+
+    # ----------------------------------------------------------------- executing
+
+    async def _execute(
+        self,
+        run: RunRecord,
+        options: RunOptions,
+        queued_events: list[NewEvent] | None,
+        live: _Live,
+    ) -> None:
+        stop_heartbeat = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(run, live, stop_heartbeat))
+        started = time.monotonic()
+        try:
+            if queued_events is not None:
+                claimed = await self._wait_for_turn(run, queued_events, live)
+                if claimed is None:
+                    return
+                run = claimed
+            session = await self.runtime.get(run.tenant_id, run.session_id)
+            controller = LoopController(
+                run_id=run.run_id,
+                options=options,
+                model=_Interruptible(
+                    self.model_for(session.agent),
+                    live.interrupted,
+                    provider=AgentSpec.model_validate(session.agent or {}).provider,
+                    observer=self.runtime.observer,
+                ),
+                tools=_InterruptibleTools(self.tools, live.interrupted),
+                write=lambda events, progress: self._write(run, live, events, progress),
+                load=lambda: self._state(run),
+                publish=lambda frame: self._publish(run, live, frame),
+            )
+            outcome = await controller.run()
+            await self._finish(run, live, outcome, controller)
+            self.runtime.observer.run_finished(
+                stop_reason=str(outcome.stop_reason or outcome.status.upper()),
+                seconds=time.monotonic() - started,
+            )
+            await auto_compact(
+                self.runtime, run.tenant_id, run.session_id, self.summarizer_for(session.agent)
+            )
+        except RunFenced:
+            pass  # taken over: whoever fenced the run writes its end
+        except Exception as exc:  # a bug or an unexpected failure: the run fails, visibly
+            log.exception("run %s failed unexpectedly", run.run_id)
+            await self._fail(run, live, exc)
+            self.runtime.observer.run_finished(
+                stop_reason="FAILED", seconds=time.monotonic() - started
+            )
+        finally:
+            stop_heartbeat.set()
+            await heartbeat
+            live.done.set()
+            for queue in live.listeners:
+                queue.put_nowait(("end", None))
+            self._live.pop(run.run_id, None)
+
+    async def _finish(
+        self, run: RunRecord, live: _Live, outcome: Outcome, controller: LoopController
+    ) -> None:
+        await self._write(
+            run,
+            live,
+            outcome.events,
+            {"turns": controller.turns, "usage": dict(controller.usage)},
+            finish=RunFinish(outcome.status, outcome.stop_reason, outcome.output, outcome.error),
+        )
+
+    async def _fail(self, run: RunRecord, live: _Live, exc: Exception) -> None:
+        problem = {"code": "internal_error", "detail": "the run failed unexpectedly"}
+        if isinstance(exc, AgentSessionError):
+            problem = {"code": exc.code, "detail": exc.detail}
+        events = [
+            NewEvent(EventType.ERROR, problem, run.run_id),
+            NewEvent(EventType.RUN_FINISHED, {"status": "failed", "stop_reason": None}, run.run_id),
+        ]
+        with contextlib.suppress(RunFenced):
+            await self._write(
+                run, live, events, None, finish=RunFinish("failed", None, None, problem)
+            )
+
+    async def _write(
+        self,
+        run: RunRecord,
+        live: _Live,
+        events: list[NewEvent],
+        progress: dict[str, Any] | None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult:
+        result = await self.store.append_run_events(
+            run.tenant_id,
+            run.run_id,
+            epoch=run.epoch,
+            events=events,
+            lease_until=self._lease_until(),
+            progress=progress,
+            finish=finish,
+        )
+        for event in result.events:
+            for queue in live.listeners:
+                queue.put_nowait(("event", event))
+        return result
+
+    async def _state(self, run: RunRecord) -> SessionState:
+        return (await self.runtime.load(run.tenant_id, run.session_id)).state
+
+    def _publish(self, run: RunRecord, live: _Live, frame: dict[str, Any]) -> None:
+        self.runtime.live.publish_ephemeral(run.tenant_id, run.session_id, frame)
+        for queue in live.listeners:
+            queue.put_nowait(("delta", frame))
+
+    async def _wait_for_turn(
+        self, run: RunRecord, events: list[NewEvent], live: _Live
+    ) -> RunRecord | None:
+        """Enqueued runs claim the session in FIFO order once it is free."""
+        while not live.interrupted.is_set():
+            session = await self.runtime.get(run.tenant_id, run.session_id)
+            if session.active_run_id is None:
+                try:
+                    claimed, result = await self.store.claim_run(
+                        run.tenant_id,
+                        run.run_id,
+                        owner=self.owner,
+                        lease_until=self._lease_until(),
+                        events=events,
+                        oldest_only=True,
+                    )
+                except RunAlreadyActive:
+                    pass
+                except RunFenced:
+                    return None
+                else:
+                    for event in result.events:
+                        for queue in live.listeners:
+                            queue.put_nowait(("event", event))
+                    return claimed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.interrupted.wait(), self.queue_poll_seconds)
+        return None
+
+    async def _heartbeat(self, run: RunRecord, live: _Live, stop: asyncio.Event) -> None:
+        interval = self.lease.total_seconds() / 3
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            if stop.is_set():
+                return
+            try:
+                alive = await self.store.renew_lease(
+                    run.tenant_id, run.run_id, epoch=run.epoch, lease_until=self._lease_until()
+                )
+            except Exception:  # a failed renewal is retried; the lease is longer than 3 beats
+                log.warning("lease renewal failed for run %s", run.run_id, exc_info=True)
+                continue
+            if not alive:
+                live.interrupted.set()
+                return
+
+    def _lease_until(self) -> datetime:
+        return datetime.now(UTC) + self.lease
+
+    # ------------------------------------------------------------ waiting, streams
+
+    async def wait(
+        self, tenant_id: str, run_id: str, within_seconds: float | None = None
+    ) -> RunRecord:
+        """Wait for a run of this process to end, then return its stored record."""
+        live = self._live.get(run_id)
+        if live is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.done.wait(), within_seconds)
+        run = await self.store.get_run(tenant_id, run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    def listen(self, run_id: str) -> asyncio.Queue[tuple[str, Any]] | None:
+        """A queue of ("event", Event) / ("delta", frame) / ("end", None) for a local run."""
+        live = self._live.get(run_id)
+        if live is None:
+            return None
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        live.listeners.append(queue)
+        return queue
+
+    def unlisten(self, run_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        live = self._live.get(run_id)
+        if live is not None and queue in live.listeners:
+            live.listeners.remove(queue)
+
+    # ------------------------------------------------------- cancel and takeover
+
+    async def cancel(self, tenant_id: str, session_id: str, run_id: str) -> RunRecord:
+        """Interrupt a run wherever it executes; returns the run as it ends up."""
+        run = await self.store.get_run(tenant_id, run_id)
+        if run is None or run.session_id != session_id:
+            raise RunNotFound(run_id)
+        fenced = await self.store.fence_run(
+            tenant_id, run_id, stop_reason=str(StopReason.INTERRUPTED)
+        )
+        live = self._live.get(run_id)
+        if live is not None:
+            live.interrupted.set()
+        if fenced is not None:
+            await self.close(tenant_id, run_id, reason="cancelled")
+        if live is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.done.wait(), 5)
+        result = await self.store.get_run(tenant_id, run_id)
+        assert result is not None
+        return result
+
+    async def close(self, tenant_id: str, run_id: str, *, reason: str) -> None:
+        """Closing events of a fenced run: interrupted tool calls, AUTO_STOP, RUN_FINISHED."""
+        run = await self.store.get_run(tenant_id, run_id)
+        if run is None:
+            return
+        state = (await self.runtime.load(tenant_id, run.session_id)).state
+        events: list[NewEvent] = []
+        for call_id, call in state.pending.items():
+            if call.get("run_id") == run_id and call.get("kind") == "server":
+                item = {
+                    "type": "function_call_output",
+                    "call_id": call_id,
+                    "output": INTERRUPTED_OUTPUT,
+                }
+                events.append(
+                    NewEvent(
+                        EventType.TOOL_RESULT,
+                        {"item": item, "call_id": call_id, "is_error": True},
+                        run_id,
+                    )
+                )
+        stop = str(StopReason.INTERRUPTED)
+        events.append(
+            NewEvent(EventType.AUTO_STOP, {"stop_reason": stop, "reason": reason}, run_id)
+        )
+        events.append(
+            NewEvent(EventType.RUN_FINISHED, {"status": "interrupted", "stop_reason": stop}, run_id)
+        )
+        await self.store.close_fenced_run(tenant_id, run_id, events=events)
+        began = run.started_at or run.created_at
+        self.runtime.observer.run_finished(
+            stop_reason=stop, seconds=(datetime.now(UTC) - began).total_seconds()
+        )
+
+    async def sweep_once(self) -> int:
+        """Interrupt runs whose lease expired and close fenced runs left open; returns count."""
+        closed = 0
+        for run in await self.store.list_stale_runs():
+            try:
+                if run.status in ("queued", "running"):
+                    fenced = await self.store.fence_run(
+                        run.tenant_id,
+                        run.run_id,
+                        stop_reason=str(StopReason.INTERRUPTED),
+                        only_expired=True,
+                    )
+                    if fenced is None:
+                        continue
+                    self.runtime.observer.lease_expired()
+                await self.close(run.tenant_id, run.run_id, reason="lease_expired")
+                closed += 1
+            except Exception:
+                log.warning("sweeping run %s failed; will retry", run.run_id, exc_info=True)
+        return closed
+
+    async def _sweep_forever(self) -> None:
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.sweep_seconds)
+            if self._closing.is_set():
+                return
+            try:
+                await self.sweep_once()
+            except Exception:
+                log.warning("sweep failed", exc_info=True)
+
+    def start_sweeper(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="run-sweeper")
+
+    async def shutdown(self, grace_seconds: float = 5.0) -> None:
+        """Let local runs finish within the grace period, then interrupt the rest."""
+        self._closing.set()
+        if self._sweeper is not None:
+            await self._sweeper
+        pending = [live.done.wait() for live in self._live.values()]
+        if pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*pending), grace_seconds)
+        for run_id, live in list(self._live.items()):
+            task = live.task
+            live.interrupted.set()
+            with contextlib.suppress(AgentSessionError):
+                await self.cancel(live.run.tenant_id, live.run.session_id, run_id)
+            if task is not None:
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(task), 2)
+
+    def active_count(self) -> int:
+        return len(self._live)
+
+
+class _Interruptible:
+    """A model client whose call ends at once when the run is interrupted, and whose calls
+    are reported to the observer (latency, tokens, outcome; an interrupted call is not)."""
+
+    def __init__(
+        self, inner: ModelClient, interrupted: asyncio.Event, *, provider: str, observer: Observer
+    ) -> None:
+        self.inner = inner
+        self.interrupted = interrupted
+        self.provider = provider
+        self.observer = observer
+
+    async def complete(self, request: Any, on_delta: Any) -> Any:
+        started = time.monotonic()
+        try:
+            response = await race(self.inner.complete(request, on_delta), self.interrupted)
+        except ModelError:
+            self.observer.model_call(
+                provider=self.provider, seconds=time.monotonic() - started, ok=False
+            )
+            raise
+        usage = response.usage or {}
+        self.observer.model_call(
+            provider=self.provider,
+            seconds=time.monotonic() - started,
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+        )
+        return response
+
+
+class _InterruptibleTools(ToolRegistry):
+    def __init__(self, inner: ToolRegistry, interrupted: asyncio.Event) -> None:
+        self.inner = inner
+        self.interrupted = interrupted
+
+    def get(self, name: str) -> Any:
+        return self.inner.get(name)
+
+    async def execute(self, tool: Any, raw_arguments: str) -> str:
+        return await race(self.inner.execute(tool, raw_arguments), self.interrupted)
+
+
+async def race(coro: Coroutine[Any, Any, T], interrupted: asyncio.Event) -> T:
+    """Await `coro` unless `interrupted` fires first (then cancel it and raise RunFenced).
+
+    Only model calls and tools are raced: database writes are never cancelled halfway.
+    """
+    if interrupted.is_set():
+        coro.close()
+        raise RunFenced("the run was interrupted")
+    work = asyncio.ensure_future(coro)
+    stop = asyncio.ensure_future(interrupted.wait())
+    done, _ = await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    if work in done:
+        stop.cancel()
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await work
+    raise RunFenced("the run was interrupted")
+
+
+def _first(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _input_json(value: Any) -> Any:
+    return value
+
+
+def _options_json(request: RunRequest) -> dict[str, Any]:
+    return {
+        "multitask": request.multitask,
+        "client_tools": request.client_tools,
+        "approval_required": request.approval_required,
+        "limits": request.limits,
+        "on_tool_error": request.on_tool_error,
+    }
+
+
+async def answer_tool_calls(
+    runtime: SessionRuntime,
+    tenant_id: str,
+    session_id: str,
+    outputs: list[dict[str, str]],
+    *,
+    replace: bool,
+) -> AppendResult:
+    """Answer pending client tool calls (TOOL_RESULT), or replace earlier outputs.
+
+    Raises:
+        RunAlreadyActive: a run is active on the session.
+        NothingPending: a call id is not pending (or, with replace, has no output).
+    """
+    loaded = await runtime.load(tenant_id, session_id)
+    if loaded.session.active_run_id:
+        raise RunAlreadyActive(loaded.session.active_run_id)
+    answered = {i["call_id"] for i in loaded.state.items if i.get("type") == "function_call_output"}
+    events: list[NewEvent] = []
+    for out in outputs:
+        call_id, output = out["call_id"], out["output"]
+        if replace:
+            if call_id not in answered:
+                raise NothingPending(f"call {call_id!r} has no output to replace")
+            events.append(
+                NewEvent(EventType.TOOL_OUTPUT_REPLACED, {"call_id": call_id, "output": output})
+            )
+            continue
+        call = loaded.state.pending.get(call_id)
+        if call is None or call.get("kind") != "client":
+            raise NothingPending(f"call {call_id!r} is not a pending client tool call")
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        events.append(
+            NewEvent(EventType.TOOL_RESULT, {"item": item, "call_id": call_id, "is_error": False})
+        )
+    return await runtime.store.append_events(
+        tenant_id, session_id, events=events, expected_seq=loaded.session.last_seq
+    )
+
+
+async def decide_approval(
+    runtime: SessionRuntime,
+    tenant_id: str,
+    session_id: str,
+    *,
+    call_id: str,
+    decision: str,
+    reason: str | None,
+) -> AppendResult:
+    """Record APPROVAL_DECIDED for a pending approval; the next run acts on it."""
+    loaded = await runtime.load(tenant_id, session_id)
+    if loaded.session.active_run_id:
+        raise RunAlreadyActive(loaded.session.active_run_id)
+    call = loaded.state.pending.get(call_id)
+    if call is None or call.get("kind") != "approval" or call.get("decision") is not None:
+        raise NothingPending(f"call {call_id!r} is not waiting for an approval")
+    payload = {"call_id": call_id, "decision": decision, "reason": reason, "name": call.get("name")}
+    return await runtime.store.append_events(
+        tenant_id,
+        session_id,
+        events=[NewEvent(EventType.APPROVAL_DECIDED, payload)],
+        expected_seq=loaded.session.last_seq,
+    )

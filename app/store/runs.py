@@ -1,0 +1,441 @@
+"""Runs: the one-active-run rule, leases, and fenced writes.
+
+Every write a run makes goes through `append_run_events`, whose transaction first does
+`UPDATE runs ... WHERE run_id = :r AND epoch = :e AND status = 'running'`. A takeover
+(cancel, interrupt, lease expiry) bumps the epoch, so an owner that was paused past its
+lease finds zero rows and writes nothing. "One active run per session" is the conditional
+`UPDATE sessions SET active_run_id = :r WHERE active_run_id IS NULL`, atomic on every
+replica.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound
+from app.runtime.events import NewEvent
+from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.store.base import as_utc, session_from_row, utcnow
+from app.store.ledger import LedgerStore
+from app.store.tables import runs, sessions
+
+LIVE = ("queued", "running")
+
+
+def _opt(value: datetime | None) -> datetime | None:
+    return as_utc(value) if value is not None else None
+
+
+def run_from_row(row: Row[Any]) -> RunRecord:
+    m = row._mapping
+    return RunRecord(
+        tenant_id=m["tenant_id"],
+        run_id=m["run_id"],
+        session_id=m["session_id"],
+        status=m["status"],
+        stop_reason=m["stop_reason"],
+        input=m["input"],
+        options=m["options"] or {},
+        output=m["output"],
+        error=m["error"],
+        usage=m["usage"] or {},
+        turns=m["turns"],
+        first_seq=m["first_seq"],
+        last_seq=m["last_seq"],
+        epoch=m["epoch"],
+        lease_owner=m["lease_owner"],
+        lease_expires_at=_opt(m["lease_expires_at"]),
+        created_at=as_utc(m["created_at"]),
+        started_at=_opt(m["started_at"]),
+        finished_at=_opt(m["finished_at"]),
+    )
+
+
+class RunStore(LedgerStore):
+    async def create_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        input: dict[str, Any] | None,
+        options: dict[str, Any],
+        owner: str,
+        lease_until: datetime,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        start_events: list[NewEvent] | None = None,
+    ) -> tuple[RunRecord, AppendResult | None]:
+        """Insert a run: `queued`, or, with `start_events`, claimed at once in the same
+        transaction (so a refused start leaves no row behind).
+
+        Raises:
+            SessionNotFound, RunAlreadyActive (only with start_events).
+        """
+        now = utcnow()
+        values = {
+            "tenant_id": tenant_id,
+            "run_id": run_id or f"run_{uuid.uuid4().hex}",
+            "session_id": session_id,
+            "status": "queued",
+            "input": input,
+            "options": options,
+            "usage": {},
+            "turns": 0,
+            "epoch": 1,
+            "lease_owner": owner,
+            "lease_expires_at": lease_until,
+            "idempotency_key": idempotency_key,
+            "created_at": now,
+            "updated_at": now,
+        }
+        async with self.write() as conn:
+            exists = (
+                await conn.execute(
+                    select(sessions.c.session_id).where(
+                        sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                    )
+                )
+            ).first()
+            if exists is None:
+                raise SessionNotFound(session_id)
+            row = (await conn.execute(runs.insert().values(**values).returning(*runs.c))).one()
+            run = run_from_row(row)
+            if start_events is None:
+                return run, None
+            return await self._claim(conn, run, owner, lease_until, start_events)
+
+    async def claim_run(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+        oldest_only: bool = False,
+    ) -> tuple[RunRecord, AppendResult]:
+        """Make a queued run the session's active run and write its first events.
+
+        Args:
+            oldest_only: claim only if no older queued run waits on the session (FIFO).
+
+        Raises:
+            RunAlreadyActive: another run is active, or an older queued run goes first.
+            RunFenced: the run is no longer queued (cancelled meanwhile).
+        """
+        async with self.write() as conn:
+            run = await self._get_run(conn, tenant_id, run_id)
+            if run is None or run.status != "queued":
+                raise RunFenced(f"run {run_id} is not queued")
+            if oldest_only and await self._older_queued(conn, run):
+                raise RunAlreadyActive(None)
+            return await self._claim(conn, run, owner, lease_until, events)
+
+    async def _claim(
+        self,
+        conn: AsyncConnection,
+        run: RunRecord,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+    ) -> tuple[RunRecord, AppendResult]:
+        now = utcnow()
+        n = len(events)
+        stmt = (
+            update(sessions)
+            .where(
+                sessions.c.tenant_id == run.tenant_id,
+                sessions.c.session_id == run.session_id,
+                sessions.c.active_run_id.is_(None),
+            )
+            .values(
+                active_run_id=run.run_id,
+                status="running",
+                last_seq=sessions.c.last_seq + n,
+                version=sessions.c.version + 1,
+                updated_at=now,
+            )
+            .returning(*sessions.c, self._xact_id_column())
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            active = (
+                await conn.execute(
+                    select(sessions.c.active_run_id).where(
+                        sessions.c.tenant_id == run.tenant_id,
+                        sessions.c.session_id == run.session_id,
+                    )
+                )
+            ).first()
+            if active is None:
+                raise SessionNotFound(run.session_id)
+            raise RunAlreadyActive(active.active_run_id)
+        session = session_from_row(row)
+        first = session.last_seq - n + 1
+        written = await self._insert_events(
+            conn, session, events, first_seq=first, xact_id=row._mapping["xact_id"]
+        )
+        claimed = (
+            await conn.execute(
+                update(runs)
+                .where(runs.c.tenant_id == run.tenant_id, runs.c.run_id == run.run_id)
+                .values(
+                    status="running",
+                    lease_owner=owner,
+                    lease_expires_at=lease_until,
+                    started_at=now,
+                    updated_at=now,
+                    first_seq=first,
+                    last_seq=session.last_seq,
+                )
+                .returning(*runs.c)
+            )
+        ).one()
+        return run_from_row(claimed), AppendResult(session=session, events=written)
+
+    async def _older_queued(self, conn: AsyncConnection, run: RunRecord) -> bool:
+        older = (
+            await conn.execute(
+                select(runs.c.run_id)
+                .where(
+                    runs.c.tenant_id == run.tenant_id,
+                    runs.c.session_id == run.session_id,
+                    runs.c.status == "queued",
+                    runs.c.created_at < run.created_at,
+                )
+                .limit(1)
+            )
+        ).first()
+        return older is not None
+
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        epoch: int,
+        events: list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult:
+        """Write one step of a run, fenced by its epoch; optionally end the run.
+
+        Raises:
+            RunFenced: the run was taken over; nothing was written.
+        """
+        now = utcnow()
+        async with self.write() as conn:
+            fence = (
+                await conn.execute(
+                    update(runs)
+                    .where(
+                        runs.c.tenant_id == tenant_id,
+                        runs.c.run_id == run_id,
+                        runs.c.epoch == epoch,
+                        runs.c.status == "running",
+                    )
+                    .values(lease_expires_at=lease_until, updated_at=now, **(progress or {}))
+                    .returning(runs.c.session_id)
+                )
+            ).first()
+            if fence is None:
+                raise RunFenced(f"run {run_id} was taken over")
+            session_id = fence.session_id
+            record, xact_id = await self._reserve(
+                conn, tenant_id, session_id, len(events), None, None
+            )
+            written = await self._insert_events(
+                conn,
+                record,
+                events,
+                first_seq=record.last_seq - len(events) + 1,
+                xact_id=xact_id,
+            )
+            run_values: dict[str, Any] = {"last_seq": record.last_seq}
+            if finish is not None:
+                run_values.update(
+                    status=finish.status,
+                    stop_reason=finish.stop_reason,
+                    output=finish.output,
+                    error=finish.error,
+                    finished_at=now,
+                    lease_expires_at=None,
+                )
+                record = await self._release_session(conn, tenant_id, session_id, run_id, record)
+            await conn.execute(
+                update(runs)
+                .where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
+                .values(**run_values)
+            )
+        return AppendResult(session=record, events=written)
+
+    async def _release_session(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str, run_id: str, record: Any
+    ) -> Any:
+        row = (
+            await conn.execute(
+                update(sessions)
+                .where(
+                    sessions.c.tenant_id == tenant_id,
+                    sessions.c.session_id == session_id,
+                    sessions.c.active_run_id == run_id,
+                )
+                .values(active_run_id=None, status="idle")
+                .returning(*sessions.c)
+            )
+        ).first()
+        return session_from_row(row) if row is not None else record
+
+    async def renew_lease(
+        self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
+    ) -> bool:
+        """Extend the lease; False means the run was taken over and must stop."""
+        async with self.write() as conn:
+            result = await conn.execute(
+                update(runs)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.run_id == run_id,
+                    runs.c.epoch == epoch,
+                    runs.c.status.in_(LIVE),
+                )
+                .values(lease_expires_at=lease_until, updated_at=utcnow())
+            )
+        return result.rowcount > 0
+
+    async def fence_run(
+        self, tenant_id: str, run_id: str, *, stop_reason: str, only_expired: bool = False
+    ) -> RunRecord | None:
+        """Take a live run away from its owner: bump the epoch, mark it interrupted.
+
+        Returns the run as it was before (None when it was not live, or, with
+        `only_expired`, when its lease has not expired).
+        """
+        now = utcnow()
+        async with self.write() as conn:
+            before = await self._get_run(conn, tenant_id, run_id)
+            if before is None or before.status not in LIVE:
+                return None
+            stmt = update(runs).where(
+                runs.c.tenant_id == tenant_id,
+                runs.c.run_id == run_id,
+                runs.c.epoch == before.epoch,
+                runs.c.status.in_(LIVE),
+            )
+            if only_expired:
+                stmt = stmt.where(runs.c.lease_expires_at < now)
+            result = await conn.execute(
+                stmt.values(
+                    epoch=runs.c.epoch + 1,
+                    status="interrupted",
+                    stop_reason=stop_reason,
+                    finished_at=now,
+                    updated_at=now,
+                    lease_expires_at=None,
+                )
+            )
+        return before if result.rowcount > 0 else None
+
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
+    ) -> AppendResult | None:
+        """Write the closing events of a fenced run and free its session (idempotent).
+
+        Runs after `fence_run` committed, so the former owner can no longer write; if the
+        session is no longer held by this run, the run was already closed and nothing is
+        written.
+        """
+        async with self.write() as conn:
+            run = await self._get_run(conn, tenant_id, run_id)
+            if run is None or run.status in LIVE:
+                return None
+            held = (
+                await conn.execute(
+                    select(sessions.c.active_run_id).where(
+                        sessions.c.tenant_id == tenant_id,
+                        sessions.c.session_id == run.session_id,
+                    )
+                )
+            ).first()
+            if held is None or held.active_run_id != run_id:
+                return None
+            record, xact_id = await self._reserve(
+                conn, tenant_id, run.session_id, len(events), None, None
+            )
+            written = await self._insert_events(
+                conn,
+                record,
+                events,
+                first_seq=record.last_seq - len(events) + 1,
+                xact_id=xact_id,
+            )
+            record = await self._release_session(conn, tenant_id, run.session_id, run_id, record)
+            await conn.execute(
+                update(runs)
+                .where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
+                .values(last_seq=record.last_seq)
+            )
+        return AppendResult(session=record, events=written)
+
+    async def _get_run(
+        self, conn: AsyncConnection, tenant_id: str, run_id: str
+    ) -> RunRecord | None:
+        row = (
+            await conn.execute(
+                select(runs).where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
+            )
+        ).first()
+        return run_from_row(row) if row is not None else None
+
+    async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        async with self.read() as conn:
+            return await self._get_run(conn, tenant_id, run_id)
+
+    async def list_runs(
+        self, tenant_id: str, session_id: str, *, limit: int = 100
+    ) -> list[RunRecord]:
+        async with self.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(runs)
+                    .where(runs.c.tenant_id == tenant_id, runs.c.session_id == session_id)
+                    .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
+                    .limit(limit)
+                )
+            ).all()
+        return [run_from_row(r) for r in rows]
+
+    async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]:
+        """Live runs whose lease expired, and interrupted runs still holding their session.
+
+        The sweeper of every replica reads this (across tenants: it is the system's own
+        housekeeping, never a request).
+        """
+        now = utcnow()
+        async with self.read() as conn:
+            expired = (
+                await conn.execute(
+                    select(runs)
+                    .where(runs.c.status.in_(LIVE), runs.c.lease_expires_at < now)
+                    .limit(limit)
+                )
+            ).all()
+            dangling = (
+                await conn.execute(
+                    select(runs)
+                    .join(
+                        sessions,
+                        (sessions.c.tenant_id == runs.c.tenant_id)
+                        & (sessions.c.active_run_id == runs.c.run_id),
+                    )
+                    .where(runs.c.status.not_in(LIVE))
+                    .limit(limit)
+                )
+            ).all()
+        return [run_from_row(r) for r in (*expired, *dangling)]
