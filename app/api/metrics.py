@@ -26,20 +26,10 @@ from prometheus_client import (
 )
 
 from app.runtime.events import EventType
+from app.runtime.loop import StopReason
 
-STOP_REASONS = frozenset(
-    {
-        "COMPLETED",
-        "NEEDS_USER_INPUT",
-        "BLOCKED_BY_APPROVAL",
-        "BLOCKED_BY_TOOL_ERROR",
-        "MAX_AUTO_FOLLOWUPS_REACHED",
-        "MAX_TOTAL_TURNS_REACHED",
-        "INTERRUPTED",
-        "FAILED",
-        "CANCELLED",
-    }
-)
+# The loop's stop reasons, plus FAILED for a run that ended in an error (no stop reason).
+STOP_REASONS = frozenset(r.value for r in StopReason) | {"FAILED"}
 PROVIDERS = frozenset({"scripted", "openai"})
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 EVENT_TYPES = frozenset(t.value for t in EventType)

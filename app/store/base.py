@@ -42,13 +42,22 @@ class StoreBase:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """One write transaction: committed on exit, rolled back on error."""
+        """One write transaction: committed on exit, rolled back on error.
+
+        Events inserted in it are reported to the observer after the commit, once per
+        transaction; a rolled-back transaction reports nothing.
+        """
+        appended: list[str] = []
         if self._write_lock is not None:
             async with self._write_lock, self._begin(write=True) as conn:
-                yield conn
+                async with _collecting(conn, appended):
+                    yield conn
         else:
             async with self._begin(write=True) as conn:
-                yield conn
+                async with _collecting(conn, appended):
+                    yield conn
+        if appended:
+            self.observer.events_appended(appended)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -67,6 +76,26 @@ class StoreBase:
     def insert(self, table: Any) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT DO NOTHING on both databases."""
         return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+
+_APPENDED = "asr_appended_event_types"
+
+
+@asynccontextmanager
+async def _collecting(conn: AsyncConnection, into: list[str]) -> AsyncIterator[None]:
+    # conn.info lives as long as the pooled DBAPI connection: always take the list off again.
+    conn.info[_APPENDED] = into
+    try:
+        yield
+    finally:
+        conn.info.pop(_APPENDED, None)
+
+
+def note_appended(conn: AsyncConnection, types: list[str]) -> None:
+    """Record event types inserted in this write transaction (reported after commit)."""
+    collected = conn.info.get(_APPENDED)
+    if collected is not None:
+        collected.extend(types)
 
 
 def session_from_row(row: Row[Any]) -> SessionRecord:

@@ -38,7 +38,14 @@ from app.runtime.events import Event, NewEvent
 from app.runtime.metadata import check_metadata_size, merge_patch
 from app.runtime.ports import AppendResult, NewSession, SessionRecord, SnapshotRecord
 from app.runtime.state import state_hash
-from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
+from app.store.base import (
+    StoreBase,
+    as_utc,
+    event_from_row,
+    note_appended,
+    session_from_row,
+    utcnow,
+)
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
@@ -73,7 +80,6 @@ class LedgerStore(StoreBase):
             written = await self._insert_events(conn, record, events, first_seq=1, xact_id=xact_id)
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], now)
-        self.observer.events_appended([e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def _insert_session_row(
@@ -201,7 +207,6 @@ class LedgerStore(StoreBase):
             )
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
-        self.observer.events_appended([e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def _reserve(
@@ -269,6 +274,9 @@ class LedgerStore(StoreBase):
     ) -> list[Event]:
         if not events:
             return []
+        # Counted for metrics once the transaction commits (see StoreBase.write); a fork's
+        # copied prefix (_copy_events) is not new and is not counted.
+        note_appended(conn, [str(e.type) for e in events])
         now = utcnow()
         rows = [
             {
@@ -412,7 +420,6 @@ class LedgerStore(StoreBase):
             )
             await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
         # Only the child's own events count as appended; the copied prefix is not new.
-        self.observer.events_appended([e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def _copy_events(

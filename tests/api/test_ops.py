@@ -148,8 +148,46 @@ async def test_metrics_count_requests_by_route_template_and_events_by_type(
         assert secret not in text
 
 
-async def test_run_and_model_metrics_record_bounded_labels(fresh_app: FastAPI) -> None:
-    """Runs land with another issue; their recording functions exist and are exercised here."""
+async def test_metrics_after_runs_match_what_the_runs_did(
+    fresh_app: FastAPI, tenant: TenantKey
+) -> None:
+    inputs = {"hello": "COMPLETED", "[ask] anything": "NEEDS_USER_INPUT", "[fail]": None}
+    usage = {"input_tokens": 0, "output_tokens": 0}
+    async with _client(fresh_app, tenant.headers) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["session_id"]
+        for text, reason in inputs.items():
+            run = await c.post(f"/v1/sessions/{sid}/runs", json={"input": text, "mode": "wait"})
+            assert run.status_code == 200, run.text
+            body = run.json()
+            assert body["stop_reason"] == reason
+            for key in usage:
+                usage[key] += int((body.get("usage") or {}).get(key) or 0)
+        events = (await c.get(f"/v1/sessions/{sid}/events", params={"limit": 1000})).json()
+        text = (await c.get("/metrics")).text
+    types = [e["type"] for e in events["data"]]
+    for event_type in set(types):
+        assert _sample(text, "asr_events_appended_total", type=event_type) == types.count(
+            event_type
+        ), event_type
+    runs = "asr_runs_finished_total"
+    assert _sample(text, runs, stop_reason="COMPLETED") == 1
+    assert _sample(text, runs, stop_reason="NEEDS_USER_INPUT") == 1
+    assert _sample(text, runs, stop_reason="FAILED") == 1
+    assert _sample(text, "asr_run_duration_seconds_count", stop_reason="COMPLETED") == 1
+    calls = "asr_model_calls_total"
+    assert _sample(text, calls, provider="scripted", outcome="ok") == 2
+    assert _sample(text, calls, provider="scripted", outcome="error") == 1
+    assert usage["input_tokens"] > 0
+    tokens = "asr_model_tokens_total"
+    assert _sample(text, tokens, provider="scripted", direction="input") == usage["input_tokens"]
+    assert _sample(text, tokens, provider="scripted", direction="output") == usage["output_tokens"]
+    route = "/v1/sessions/{session_id}/runs"
+    assert _sample(text, "asr_http_requests_total", method="POST", route=route, status="200") == 3
+    assert sid not in text
+
+
+async def test_observer_records_bounded_labels(fresh_app: FastAPI) -> None:
+    """Every Observer method lands in its series; unknown values collapse to `other`."""
     metrics = fresh_app.state.metrics
     runtime_observer = fresh_app.state.runtime.observer
     assert runtime_observer is metrics
