@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             tools=ToolRegistry(),
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
+            shutdown_event=app.state.shutdown_event,
         )
         app.state.runs = runs
         if settings.bootstrap_default_tenant:

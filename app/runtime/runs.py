@@ -108,8 +108,12 @@ class RunManager:
         lease_seconds: float = 30.0,
         sweep_seconds: float = 5.0,
         queue_poll_seconds: float = 0.1,
+        shutdown_event: asyncio.Event | None = None,
     ) -> None:
         self.runtime = runtime
+        # Set when the process starts shutting down: run streams send a final `shutdown`
+        # frame and end, so the server's drain is not held open by them.
+        self.shutdown_event = shutdown_event or asyncio.Event()
         self.store = store
         self.models = models
         self.tools = tools
@@ -534,7 +538,8 @@ class RunManager:
                 await asyncio.wait_for(asyncio.gather(*pending), grace_seconds)
         for run_id, live in list(self._live.items()):
             task = live.task
-            live.interrupted.set()
+            # cancel() fences the run before it interrupts it; interrupting first would let
+            # the loop write its own ending (a failed run) before the fence.
             with contextlib.suppress(AgentSessionError):
                 await self.cancel(live.run.tenant_id, live.run.session_id, run_id)
             if task is not None:
