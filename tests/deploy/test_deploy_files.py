@@ -154,7 +154,7 @@ def test_manifests_validate_against_kubernetes_schemas(version: str) -> None:
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name} ({doc['kind']}) invalid for {version}: {exc}")
         checked += 1
-    assert checked == 7
+    assert checked == 8
 
 
 def test_the_validator_refuses_an_unknown_field() -> None:
@@ -185,6 +185,8 @@ def test_deployment_is_replicated_probed_and_drains() -> None:
     assert _by_kind("PodDisruptionBudget")["spec"]["minAvailable"] >= 1
     job = _by_kind("Job")
     assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["migrate"]
+    cron = _by_kind("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron["containers"][0]["args"] == ["retention", "run"]
 
 
 def test_kustomization_lists_existing_files_and_secret_is_an_example() -> None:
