@@ -171,8 +171,11 @@ async def test_r5_kill_at_random_points_of_a_long_run(
                     victim.process.wait(timeout=10)
 
                 async def closed(sid: str = sid, run_id: str = run_id) -> bool:
+                    # Fencing (the status) and the closing events are two transactions.
                     run = (await on_b.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
-                    return run["status"] in ("interrupted", "finished")
+                    if run["status"] not in ("interrupted", "finished"):
+                        return False
+                    return any(e["type"] == "RUN_FINISHED" for e in await events_of(on_b, sid))
 
                 await wait_for(closed, within=10)
                 after = await events_of(on_b, sid)
