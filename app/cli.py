@@ -14,8 +14,10 @@ from typing import Any, TextIO
 
 from app import admin
 from app.runtime.accounts import Accounts, key_listing
+from app.runtime.blueprints import BlueprintError, load_blueprints
 from app.runtime.errors import AgentSessionError
 from app.runtime.retention import RetentionPolicy
+from app.runtime.tools import ToolRegistry
 from app.settings import Settings
 from app.store.engine import make_engine, redacted_url
 from app.store.migrations import upgrade_head
@@ -227,6 +229,12 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from app.main import begin_shutdown, configure_logging, create_app
 
     configure_logging(settings.log_level, settings.log_format)
+    try:
+        # The app validates the file again at start; here a bad file gets a plain message.
+        load_blueprints(settings.agents_file, known_tools=ToolRegistry().names())
+    except BlueprintError as exc:
+        print(f"asr: invalid ASR_AGENTS_FILE:\n{exc}", file=sys.stderr)
+        return 2
     if settings.is_sqlite:
         # The embedded default needs no separate step: bring the file to head on start.
         upgrade_head(settings.database_url)

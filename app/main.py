@@ -21,13 +21,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import events, memory, ops, runs, sessions
+from app.api import agents, events, memory, ops, runs, sessions
 from app.api.access import AccessMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.metrics import Metrics
 from app.api.problems import install_problem_handlers
 from app.logs import configure_logging
 from app.runtime.accounts import Accounts
+from app.runtime.blueprints import load_blueprints
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.runs import RunManager
@@ -57,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.schema_revisions = script_revisions()
+        tools = ToolRegistry()
+        app.state.blueprints = load_blueprints(settings.agents_file, known_tools=tools.names())
         engine = make_engine(settings)
         store = AgentSessionStore(
             engine,
@@ -90,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     timeout=settings.openai_timeout_seconds,
                 ),
             },
-            tools=ToolRegistry(),
+            tools=tools,
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
             shutdown_event=app.state.shutdown_event,
@@ -122,7 +125,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
-    routers = (sessions.router, memory.router, runs.router, runs.oneshot, events.router, ops.router)
+    routers = (
+        sessions.router,
+        memory.router,
+        runs.router,
+        runs.oneshot,
+        events.router,
+        agents.router,
+        ops.router,
+    )
     routes = [route for router in routers for route in router.routes]
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
     app.include_router(sessions.router)
@@ -130,6 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(runs.oneshot)
     app.include_router(events.router)
+    app.include_router(agents.router)
     app.include_router(ops.router)
     return app
 

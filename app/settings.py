@@ -7,6 +7,7 @@ build their own instead of patching the environment.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -80,6 +81,10 @@ class Settings(BaseSettings):
     openai_timeout_seconds: float = Field(default=60.0, gt=0)
     bootstrap_default_tenant: bool = Field(
         default=True, description="On first start with no tenant, create `default` and print a key."
+    )
+    agents_file: Path | None = Field(
+        default=None,
+        description="YAML file of named agent specs (blueprints), validated at start.",
     )
     retention_idle_days: int | None = Field(
         default=None,

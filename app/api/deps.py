@@ -9,6 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.logs import bind
 from app.runtime.accounts import Accounts, Principal
+from app.runtime.blueprints import Blueprints
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
 from app.settings import Settings
@@ -45,7 +46,12 @@ async def get_tenant(
     return principal
 
 
+async def get_blueprints(request: Request) -> Blueprints:
+    return request.app.state.blueprints
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]

@@ -24,10 +24,25 @@ class SessionCreate(_Request):
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
     agent: AgentSpec = Field(default_factory=AgentSpec)
+    agent_name: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Use the named agent blueprint (GET /v1/agents) instead of an inline agent.",
+    )
     binding: dict[str, Any] = Field(
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
+
+
+class AgentRead(BaseModel):
+    name: str
+    description: str | None
+    agent: AgentSpec
+
+
+class AgentList(BaseModel):
+    data: list[AgentRead]
 
 
 class SessionPatch(_Request):
