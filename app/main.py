@@ -38,6 +38,7 @@ from app.settings import Settings, get_settings
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
 from app.store.store import AgentSessionStore
+from app.tracing import configure_tracing
 
 __all__ = ["begin_shutdown", "configure_logging", "create_app"]
 
@@ -123,6 +124,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.shutdown_event = asyncio.Event()
     install_problem_handlers(app)
+    if settings.otel_enabled:
+        app.state.tracer_provider = configure_tracing(settings, app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
     routers = (

@@ -46,6 +46,14 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long `asr serve` drains open requests and streams.",
     )
     metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
+    otel_enabled: bool = Field(
+        default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
+    )
+    otel_exporter: Literal["otlp", "console", "none"] = Field(
+        default="otlp",
+        description="Where spans go: OTLP over HTTP (OTEL_EXPORTER_OTLP_* settings), the "
+        "console, or nowhere (for a caller that adds its own processor).",
+    )
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     snapshot_every: int = Field(

@@ -42,6 +42,7 @@ from app.runtime.ports import AppendResult, RunFinish, RunRecord
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
 from app.runtime.tools import ToolRegistry
+from app.tracing import span
 
 log = logging.getLogger("app.runs")
 T = TypeVar("T")
@@ -565,7 +566,8 @@ class _Interruptible:
     async def complete(self, request: Any, on_delta: Any) -> Any:
         started = time.monotonic()
         try:
-            response = await race(self.inner.complete(request, on_delta), self.interrupted)
+            with span("model.call", provider=self.provider):
+                response = await race(self.inner.complete(request, on_delta), self.interrupted)
         except ModelError:
             self.observer.model_call(
                 provider=self.provider, seconds=time.monotonic() - started, ok=False
@@ -590,7 +592,8 @@ class _InterruptibleTools(ToolRegistry):
         return self.inner.get(name)
 
     async def execute(self, tool: Any, raw_arguments: str) -> str:
-        return await race(self.inner.execute(tool, raw_arguments), self.interrupted)
+        with span("tool.execute", tool=tool.name):
+            return await race(self.inner.execute(tool, raw_arguments), self.interrupted)
 
 
 async def race(coro: Coroutine[Any, Any, T], interrupted: asyncio.Event) -> T:

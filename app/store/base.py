@@ -16,6 +16,7 @@ from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION
+from app.tracing import span
 
 
 def utcnow() -> datetime:
@@ -48,14 +49,15 @@ class StoreBase:
         transaction; a rolled-back transaction reports nothing.
         """
         appended: list[str] = []
-        if self._write_lock is not None:
-            async with self._write_lock, self._begin(write=True) as conn:
-                async with _collecting(conn, appended):
-                    yield conn
-        else:
-            async with self._begin(write=True) as conn:
-                async with _collecting(conn, appended):
-                    yield conn
+        with span("store.write", **{"db.system": self.engine.dialect.name}):
+            if self._write_lock is not None:
+                async with self._write_lock, self._begin(write=True) as conn:
+                    async with _collecting(conn, appended):
+                        yield conn
+            else:
+                async with self._begin(write=True) as conn:
+                    async with _collecting(conn, appended):
+                        yield conn
         if appended:
             self.observer.events_appended(appended)
 
