@@ -31,6 +31,7 @@ from app.runtime.accounts import Accounts
 from app.runtime.blueprints import load_blueprints
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
+from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.tools import ToolRegistry
@@ -62,12 +63,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tools = ToolRegistry()
         app.state.blueprints = load_blueprints(settings.agents_file, known_tools=tools.names())
         engine = make_engine(settings)
+        redactor = Redactor(settings.redact_patterns)
         store = AgentSessionStore(
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
             observer=metrics,
+            max_event_bytes=settings.max_event_bytes,
+            redactor=redactor,
         )
         app.state.store = store
         app.state.accounts = Accounts(store)
@@ -78,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_inline_bytes=settings.max_inline_bytes,
                 max_metadata_bytes=settings.max_metadata_bytes,
                 snapshot_every=settings.snapshot_every,
+                max_sessions_per_tenant=settings.max_sessions_per_tenant,
             ),
             observer=metrics,
         )
@@ -98,6 +103,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
             shutdown_event=app.state.shutdown_event,
+            redactor=redactor,
+            max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
+            max_runs_per_minute=settings.max_runs_per_minute,
         )
         app.state.runs = runs
         if settings.bootstrap_default_tenant:
@@ -139,13 +147,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     routes = [route for router in routers for route in router.routes]
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
-    app.include_router(sessions.router)
-    app.include_router(memory.router)
-    app.include_router(runs.router)
-    app.include_router(runs.oneshot)
-    app.include_router(events.router)
-    app.include_router(agents.router)
-    app.include_router(ops.router)
+    for router in routers:
+        app.include_router(router)
     return app
 
 

@@ -35,6 +35,7 @@ STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
     (e.VersionConflict, 412, "Precondition failed"),
     (e.Conflict, 409, "Conflict"),
     (e.PayloadTooLarge, 413, "Payload too large"),
+    (e.TooManyRequests, 429, "Too many requests"),
     (e.InvalidRequest, 422, "Invalid request"),
 ]
 
@@ -85,6 +86,8 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, e.AgentSessionError)
     status, title = _status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if "retry_after" in exc.extra:
+        headers = {"Retry-After": str(exc.extra["retry_after"])}
     return problem_response(
         request,
         status=status,
@@ -167,10 +170,15 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
+# Any route may answer these: malformed JSON or bad parameters, a missing key, a body over
+# the cap (only routes with a body get one, but documenting it everywhere is harmless).
+ALWAYS = (400, 401, 413, 422)
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries for the problem statuses a route can answer."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
+    for status in sorted({*statuses, *ALWAYS}):
         out[status] = {
             "model": Problem,
             "description": _DESCRIPTIONS.get(status, "Problem"),
@@ -187,5 +195,6 @@ _DESCRIPTIONS = {
     412: "If-Match does not name the current version",
     413: "Request body too large",
     422: "Invalid request",
+    429: "A per-tenant limit was reached; see Retry-After",
     502: "The model or summarizer failed",
 }

@@ -37,7 +37,8 @@ oneshot = APIRouter(prefix="/v1", tags=["runs"])
 _STREAM_DOC = {
     200: {
         "description": "wait: the run's result; stream: Server-Sent Events of the run",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        # Each SSE frame carries one JSON object: an event (id = seq) or a delta frame.
+        "content": {"text/event-stream": {"schema": {"type": "object"}}},
     },
     202: {"description": "background: accepted; poll the Location", "model": RunRead},
 }

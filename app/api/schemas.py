@@ -15,7 +15,8 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `0` is not `false` and `"1"` is not `1` -- a schema-violating body is a 422.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SessionCreate(_Request):

@@ -14,7 +14,7 @@ from app.runtime.compaction import CompactionPolicy
 
 
 class AgentSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     provider: Literal["scripted", "openai"] = Field(
         default="scripted", description="Model client: offline scripted, or OpenAI-compatible."

@@ -29,7 +29,7 @@ SUMMARY_MAX_CHARS = 800
 class CompactionPolicy(BaseModel):
     """Part of the agent spec (`agent.compaction`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     strategy: Strategy = "summarize"
     threshold_tokens: int | None = Field(
@@ -197,7 +197,7 @@ class ScriptedSummarizer:
         if any("[fail-summary]" in t for t in texts):
             raise CompactionFailed("the scripted summarizer was told to fail ([fail-summary])")
         lines = [
-            f"{i.get('role', i.get('type'))}: {' '.join(t.split()[:6])}"
+            f"{i.get('role', i.get('type'))}: {' '.join(t.split()[:6])[:60]}"
             for i, t in zip(items, texts, strict=True)
         ]
         head = f"{previous} | " if previous else ""

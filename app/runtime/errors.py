@@ -20,6 +20,7 @@ knows about HTTP.
     │   ├── InvalidItems
     │   ├── IdempotencyKeyReused     (same key, different body)
     │   └── PayloadTooLarge
+    ├── TooManyRequests          (429, with Retry-After)
     ├── Unauthorized
     └── TenantNotFound / KeyNotFound (CLI)
 """
@@ -176,6 +177,17 @@ class IdempotencyKeyReused(InvalidRequest):
 
 class PayloadTooLarge(AgentSessionError):
     code = "payload_too_large"
+
+
+class TooManyRequests(AgentSessionError):
+    """A per-tenant cap was hit; `retry_after` (seconds) becomes the Retry-After header."""
+
+    code = "rate_limited"
+
+    def __init__(self, detail: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(detail, retry_after=retry_after)
+        if code is not None:
+            self.code = code
 
 
 class Unauthorized(AgentSessionError):

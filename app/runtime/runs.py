@@ -10,6 +10,7 @@ dead run is answered "interrupted", never executed again (at most once).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -33,12 +34,14 @@ from app.runtime.errors import (
     RunFenced,
     RunNotFound,
     ToolCallsPending,
+    TooManyRequests,
 )
 from app.runtime.events import EventType, NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.models.base import ModelClient, ModelError, ToolSpec
 from app.runtime.observer import Observer
 from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.runtime.redaction import Redactor
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
 from app.runtime.tools import ToolRegistry
@@ -64,6 +67,7 @@ class RunStorePort(Protocol):
         self, tenant_id: str, run_id: str, **kw: Any
     ) -> AppendResult | None: ...
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None: ...
+    async def count_live_runs(self, tenant_id: str) -> int: ...
     async def list_runs(
         self, tenant_id: str, session_id: str, *, limit: int = 100
     ) -> list[RunRecord]: ...
@@ -110,7 +114,14 @@ class RunManager:
         sweep_seconds: float = 5.0,
         queue_poll_seconds: float = 0.1,
         shutdown_event: asyncio.Event | None = None,
+        redactor: Redactor | None = None,
+        max_live_runs_per_tenant: int = 32,
+        max_runs_per_minute: int = 600,
     ) -> None:
+        self.redactor = redactor or Redactor()
+        self.max_live_runs = max_live_runs_per_tenant
+        self.max_runs_per_minute = max_runs_per_minute
+        self._recent: dict[str, collections.deque[float]] = {}
         self.runtime = runtime
         # Set when the process starts shutting down: run streams send a final `shutdown`
         # frame and end, so the server's drain is not held open by them.
@@ -142,6 +153,7 @@ class RunManager:
             SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending.
         """
         loaded = await self.runtime.load(tenant_id, session_id)
+        await self._check_tenant_limits(tenant_id)
         options = self.resolve_options(loaded.session.agent, request)
         if request.input is not None:
             waiting = [
@@ -176,6 +188,25 @@ class RunManager:
             context=task_context(tenant_id=tenant_id, session_id=session_id, run_id=run_id),
         )
         return record
+
+    async def _check_tenant_limits(self, tenant_id: str) -> None:
+        """Runs per minute (this replica's window) and live runs (all replicas) per tenant."""
+        now = time.monotonic()
+        recent = self._recent.setdefault(tenant_id, collections.deque())
+        while recent and recent[0] < now - 60:
+            recent.popleft()
+        if len(recent) >= self.max_runs_per_minute:
+            wait = int(recent[0] + 60 - now) + 1
+            raise TooManyRequests(
+                f"at most {self.max_runs_per_minute} runs a minute", retry_after=wait
+            )
+        if await self.store.count_live_runs(tenant_id) >= self.max_live_runs:
+            raise TooManyRequests(
+                f"at most {self.max_live_runs} active or queued runs per tenant",
+                retry_after=1,
+                code="too_many_runs",
+            )
+        recent.append(now)
 
     def _start_events(
         self, run_id: str, request: RunRequest, options: RunOptions
@@ -354,6 +385,9 @@ class RunManager:
         return (await self.runtime.load(run.tenant_id, run.session_id)).state
 
     def _publish(self, run: RunRecord, live: _Live, frame: dict[str, Any]) -> None:
+        # Deltas are never stored, but they reach people: they pass the same redaction.
+        # (A secret split across two deltas is not caught here; the stored answer is.)
+        frame = self.redactor.value(frame)
         self.runtime.live.publish_ephemeral(run.tenant_id, run.session_id, frame)
         for queue in live.listeners:
             queue.put_nowait(("delta", frame))

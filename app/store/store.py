@@ -9,6 +9,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.observer import NullObserver, Observer
+from app.runtime.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.idempotency import IdempotencyStore
 from app.store.maintenance import MaintenanceStore
@@ -26,10 +27,14 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceSto
         idempotency_ttl_seconds: int = 86_400,
         idempotency_lock_seconds: int = 60,
         observer: Observer | None = None,
+        max_event_bytes: int = 1_048_576,
+        redactor: Redactor | None = None,
     ) -> None:
         super().__init__(engine)
         self.observer = observer or NullObserver()
         self.max_metadata_bytes = max_metadata_bytes
+        self.max_event_bytes = max_event_bytes
+        self.redactor = redactor or Redactor()
         self.idempotency_ttl = timedelta(seconds=idempotency_ttl_seconds)
         self.idempotency_lock = timedelta(seconds=idempotency_lock_seconds)
 

@@ -68,13 +68,13 @@ async def test_sigkill_mid_tool_call_is_interrupted_and_never_reexecuted(
         killed_at = time.monotonic()
 
         async def interrupted() -> dict | None:
-            # The sweeper fences the run (status) and then writes its closing events in a
-            # second transaction: wait for both, or a loaded machine sees the gap between.
+            # Fenced first (status), closed right after (events): wait for both.
             run = (await on_b.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
-            if run["status"] != "interrupted":
-                return None
-            closed = any(e["type"] == "RUN_FINISHED" for e in await events_of(on_b, sid))
-            return run if closed else None
+            finished = any(
+                e["type"] == "RUN_FINISHED" and e["run_id"] == run_id
+                for e in await events_of(on_b, sid)
+            )
+            return run if run["status"] == "interrupted" and finished else None
 
         run = await wait_for(interrupted, within=15)
         assert time.monotonic() - killed_at < 2 + 0.5 + 5  # lease + sweep + margin
@@ -171,11 +171,12 @@ async def test_r5_kill_at_random_points_of_a_long_run(
                     victim.process.wait(timeout=10)
 
                 async def closed(sid: str = sid, run_id: str = run_id) -> bool:
-                    # Fencing (the status) and the closing events are two transactions.
                     run = (await on_b.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
-                    if run["status"] not in ("interrupted", "finished"):
-                        return False
-                    return any(e["type"] == "RUN_FINISHED" for e in await events_of(on_b, sid))
+                    finished = any(
+                        e["type"] == "RUN_FINISHED" and e["run_id"] == run_id
+                        for e in await events_of(on_b, sid)
+                    )
+                    return run["status"] in ("interrupted", "finished") and finished
 
                 await wait_for(closed, within=10)
                 after = await events_of(on_b, sid)

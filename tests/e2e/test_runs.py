@@ -94,6 +94,17 @@ async def test_turn_limit_and_usage(http: httpx.AsyncClient) -> None:
     assert [r["run_id"] for r in usage["runs"]] == [result["run_id"]]
 
 
+async def test_budgets_stop_a_run_with_budget_exceeded(http: httpx.AsyncClient) -> None:
+    sid = await session(http)
+    tool = '[tool:echo {"text": "x"}]'
+    calls = await run(http, sid, input=tool, limits={"max_tool_calls": 0})
+    assert calls["stop_reason"] == "BUDGET_EXCEEDED"
+    tokens = await run(http, sid, input=tool, limits={"max_tokens": 1})
+    assert tokens["stop_reason"] == "BUDGET_EXCEEDED"
+    stops = [e["payload"] for e in await assert_ledger_sound(http, sid) if e["type"] == "AUTO_STOP"]
+    assert [s["budget"] for s in stops] == ["tool_calls", "tokens"]
+
+
 async def test_stream_mode_sends_deltas_then_events(http: httpx.AsyncClient) -> None:
     sid = await session(http)
     body = {"input": "[words:30]", "mode": "stream"}
