@@ -24,6 +24,7 @@ from app.api.deps import (
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import (
+    MAX_SEQ,
     AppendRead,
     ForkRequest,
     ItemsAppend,
@@ -335,7 +336,7 @@ async def get_memory(
     tenant: TenantDep,
     runtime: RuntimeDep,
     full: bool = False,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> dict:
     loaded = await runtime.load(tenant.tenant_id, session_id)
