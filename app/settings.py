@@ -7,6 +7,7 @@ build their own instead of patching the environment.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -22,9 +23,37 @@ class Settings(BaseSettings):
         default="sqlite+aiosqlite:///./asr.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///file.db or postgresql+asyncpg://...",
     )
+    database_direct_url: str | None = Field(
+        default=None,
+        description="A URL that bypasses any pooler (PgBouncer): used by `asr migrate` and the "
+        "LISTEN connection of the event bus. Unset means ASR_DATABASE_URL.",
+    )
+    db_pgbouncer: bool = Field(
+        default=False,
+        description="ASR_DATABASE_URL points at PgBouncer in transaction pooling mode: no "
+        "server-side prepared statement caching, unique statement names.",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="`json`: one JSON object a line; `text`: for a terminal."
+    )
+    graceful_shutdown_seconds: int = Field(
+        default=20,
+        ge=1,
+        le=600,
+        description="On SIGTERM, how long `asr serve` drains open requests and streams.",
+    )
+    metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
+    otel_enabled: bool = Field(
+        default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
+    )
+    otel_exporter: Literal["otlp", "console", "none"] = Field(
+        default="otlp",
+        description="Where spans go: OTLP over HTTP (OTEL_EXPORTER_OTLP_* settings), the "
+        "console, or nowhere (for a caller that adds its own processor).",
+    )
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     snapshot_every: int = Field(
@@ -119,13 +148,28 @@ class Settings(BaseSettings):
     )
     stream_token_ttl_seconds: int = Field(default=300, ge=10, le=3600)
     debug_endpoints: bool = Field(default=False, description="Serve /debug/streams (tests only).")
+    agents_file: Path | None = Field(
+        default=None,
+        description="YAML file of named agent specs (blueprints), validated at start.",
+    )
+    retention_idle_days: int | None = Field(
+        default=None,
+        ge=1,
+        description="`asr retention run` erases sessions not updated for this many days; "
+        "unset keeps every session.",
+    )
+    retention_keep_snapshots: int = Field(
+        default=3, ge=1, description="`asr retention run` keeps this many newest snapshots."
+    )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url")
     @classmethod
-    def _known_driver(cls, value: str) -> str:
+    def _known_driver(cls, value: str | None) -> str | None:
         # Only the two async drivers the store is tested on are accepted; a sync URL would fail
         # later and far less clearly.
-        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        if value is not None and not value.startswith(
+            ("sqlite+aiosqlite://", "postgresql+asyncpg://")
+        ):
             raise ValueError("database_url must use sqlite+aiosqlite:// or postgresql+asyncpg://")
         return value
 
@@ -146,6 +190,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def direct_url(self) -> str:
+        """The URL for migrations and LISTEN: never through a transaction pooler."""
+        return self.database_direct_url or self.database_url
 
 
 @lru_cache

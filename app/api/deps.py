@@ -7,7 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.logs import bind
 from app.runtime.accounts import Accounts, Principal
+from app.runtime.blueprints import Blueprints
 from app.runtime.errors import Unauthorized
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
@@ -40,7 +42,14 @@ async def get_tenant(
     """The caller's tenant, from the API key alone (never from the path, query or body)."""
     accounts: Accounts = request.app.state.accounts
     raw = credentials.credentials if credentials is not None else None
-    return await accounts.authenticate(raw)
+    principal = await accounts.authenticate(raw)
+    # From here on, every log line of this request names the tenant (and the session).
+    bind(tenant_id=principal.tenant_id, session_id=request.path_params.get("session_id"))
+    return principal
+
+
+async def get_blueprints(request: Request) -> Blueprints:
+    return request.app.state.blueprints
 
 
 async def get_stream_grant(
@@ -62,6 +71,7 @@ async def get_stream_grant(
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]

@@ -178,13 +178,17 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", extra={"request_id": request.headers.get("x-request-id")})
+    # This handler runs outside the access middleware, so it takes the request id from the
+    # request state the middleware left, and returns it itself.
+    request_id = getattr(request.state, "request_id", None)
+    log.error("unhandled error", exc_info=exc, extra={"request_id": request_id})
     return problem_response(
         request,
         status=500,
         code="internal_error",
         title="Internal server error",
         detail="the server failed to handle this request; it has been logged",
+        headers={"X-Request-ID": request_id} if request_id else None,
     )
 
 

@@ -12,6 +12,9 @@ from app.runtime.agent import AgentSpec
 from app.runtime.memory import ContentPart, MemoryItem
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+# The largest seq a request may name: any larger value cannot exist, and one past 2**63
+# would not even fit the database's integer (SQLite raises OverflowError, a 500).
+MAX_SEQ = 2**53 - 1
 
 
 class _Request(BaseModel):
@@ -25,10 +28,25 @@ class SessionCreate(_Request):
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
     agent: AgentSpec = Field(default_factory=AgentSpec)
+    agent_name: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Use the named agent blueprint (GET /v1/agents) instead of an inline agent.",
+    )
     binding: dict[str, Any] = Field(
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
+
+
+class AgentRead(BaseModel):
+    name: str
+    description: str | None
+    agent: AgentSpec
+
+
+class AgentList(BaseModel):
+    data: list[AgentRead]
 
 
 class SessionPatch(_Request):
@@ -44,7 +62,10 @@ class SessionPatch(_Request):
 class ItemsAppend(_Request):
     items: list[MemoryItem] = Field(min_length=1)
     expected_seq: int | None = Field(
-        default=None, ge=0, description="Append only if the session's last seq is this (else 409)."
+        default=None,
+        ge=0,
+        le=MAX_SEQ,
+        description="Append only if the session's last seq is this (else 409).",
     )
 
 
@@ -55,7 +76,9 @@ class ResumeRequest(_Request):
 
 
 class ForkRequest(_Request):
-    at_seq: int | None = Field(default=None, ge=1, description="Default: the latest seq.")
+    at_seq: int | None = Field(
+        default=None, ge=1, le=MAX_SEQ, description="Default: the latest seq."
+    )
     session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN)
     metadata: dict[str, Any] | None = Field(default=None, description="Default: the parent's.")
     binding: dict[str, Any] | None = Field(

@@ -26,6 +26,7 @@ from app.runtime.errors import (
 from app.runtime.events import Event, EventType, NewEvent
 from app.runtime.memory import normalize_items
 from app.runtime.metadata import check_metadata_size
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
     IdempotencyClaim,
@@ -68,10 +69,13 @@ class SessionRuntime:
         *,
         limits: Limits | None = None,
         live: LiveFrames | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.limits = limits or Limits()
         self.live: LiveFrames = live or NoLiveFrames()
+        # Runs report their stop reason, latency and model calls here (metrics).
+        self.observer: Observer = observer or NullObserver()
         self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
 
     # ------------------------------------------------------------------ reading

@@ -48,7 +48,14 @@ from app.runtime.ports import (
 )
 from app.runtime.redaction import Redactor
 from app.runtime.state import state_hash
-from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
+from app.store.base import (
+    StoreBase,
+    as_utc,
+    event_from_row,
+    note_appended,
+    session_from_row,
+    utcnow,
+)
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
@@ -297,6 +304,9 @@ class LedgerStore(StoreBase):
         if not events:
             return []
         self.touch(conn, session.tenant_id, session.session_id, session.last_seq)
+        # Counted for metrics once the transaction commits (see StoreBase.write); a fork's
+        # copied prefix (_copy_events) is not new and is not counted.
+        note_appended(conn, [str(e.type) for e in events])
         now = utcnow()
         rows = [
             {
@@ -482,6 +492,7 @@ class LedgerStore(StoreBase):
                 conn, record, events, first_seq=at_seq + 1, xact_id=xact_id
             )
             await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+        # Only the child's own events count as appended; the copied prefix is not new.
         return AppendResult(session=record, events=written)
 
     async def _copy_events(
