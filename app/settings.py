@@ -23,9 +23,37 @@ class Settings(BaseSettings):
         default="sqlite+aiosqlite:///./asr.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///file.db or postgresql+asyncpg://...",
     )
+    database_direct_url: str | None = Field(
+        default=None,
+        description="A URL that bypasses any pooler (PgBouncer): used by `asr migrate` and the "
+        "LISTEN connection of the event bus. Unset means ASR_DATABASE_URL.",
+    )
+    db_pgbouncer: bool = Field(
+        default=False,
+        description="ASR_DATABASE_URL points at PgBouncer in transaction pooling mode: no "
+        "server-side prepared statement caching, unique statement names.",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="`json`: one JSON object a line; `text`: for a terminal."
+    )
+    graceful_shutdown_seconds: int = Field(
+        default=20,
+        ge=1,
+        le=600,
+        description="On SIGTERM, how long `asr serve` drains open requests and streams.",
+    )
+    metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
+    otel_enabled: bool = Field(
+        default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
+    )
+    otel_exporter: Literal["otlp", "console", "none"] = Field(
+        default="otlp",
+        description="Where spans go: OTLP over HTTP (OTEL_EXPORTER_OTLP_* settings), the "
+        "console, or nowhere (for a caller that adds its own processor).",
+    )
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     snapshot_every: int = Field(
@@ -40,7 +68,7 @@ class Settings(BaseSettings):
     )
     max_metadata_bytes: int = Field(default=16_384, ge=64)
     max_event_bytes: int = Field(
-        default=1_048_576, ge=1024, description="Largest event payload or snapshot (413 beyond)."
+        default=2_097_152, ge=1024, description="Largest event payload or snapshot (413 beyond)."
     )
     redact_patterns: list[str] = Field(
         default_factory=list,
@@ -120,14 +148,87 @@ class Settings(BaseSettings):
     bootstrap_default_tenant: bool = Field(
         default=True, description="On first start with no tenant, create `default` and print a key."
     )
+    # Live timelines (Server-Sent Events)
+    sse_ping_seconds: float = Field(
+        default=10.0, gt=0, le=15, description="Comment heartbeat interval (proxies cut at ~30 s)."
+    )
+    sse_retry_ms: int = Field(
+        default=2000, ge=100, le=60_000, description="`retry:` sent once at stream start."
+    )
+    sse_send_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=120, description="A send blocked this long closes the stream."
+    )
+    sse_shutdown_grace_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        lt=20,
+        description="On shutdown, streams get this long to say goodbye (below uvicorn's 20 s).",
+    )
+    sse_queue_size: int = Field(
+        default=1000, ge=8, le=100_000, description="Live items queued per stream before overflow."
+    )
+    sse_replay_batch: int = Field(default=500, ge=1, le=10_000, description="Rows per replay read.")
+    sse_max_streams_per_tenant: int = Field(
+        default=100, ge=1, description="Open streams per tenant on one server (429 beyond)."
+    )
+    sse_poll_seconds: float = Field(
+        default=2.0, gt=0, le=300, description="Fallback poll for new events (lost NOTIFYs)."
+    )
+    sse_notify: bool = Field(default=True, description="PostgreSQL: NOTIFY on commit and LISTEN.")
+    sse_listen_keepalive_seconds: float = Field(
+        default=5.0, gt=0, le=60, description="How often the LISTEN connection is checked."
+    )
+    sse_handoff_delay_ms: int = Field(
+        default=0, ge=0, le=5000, description="Test-only fault point between subscribe and replay."
+    )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL URL for the LISTEN connection (default: database_url); "
+        "point it past a transaction-mode pooler, which cannot LISTEN.",
+    )
+    stream_token_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of stream tokens; replicas must share it. Unset: random per process.",
+    )
+    stream_token_ttl_seconds: int = Field(default=300, ge=10, le=3600)
+    debug_endpoints: bool = Field(default=False, description="Serve /debug/streams (tests only).")
+    agents_file: Path | None = Field(
+        default=None,
+        description="YAML file of named agent specs (blueprints), validated at start.",
+    )
+    retention_idle_days: int | None = Field(
+        default=None,
+        ge=1,
+        description="`asr retention run` erases sessions not updated for this many days; "
+        "unset keeps every session.",
+    )
+    retention_keep_snapshots: int = Field(
+        default=3, ge=1, description="`asr retention run` keeps this many newest snapshots."
+    )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url")
     @classmethod
-    def _known_driver(cls, value: str) -> str:
+    def _known_driver(cls, value: str | None) -> str | None:
         # Only the two async drivers the store is tested on are accepted; a sync URL would fail
         # later and far less clearly.
-        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        if value is not None and not value.startswith(
+            ("sqlite+aiosqlite://", "postgresql+asyncpg://")
+        ):
             raise ValueError("database_url must use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @field_validator("listen_database_url")
+    @classmethod
+    def _postgres_listen_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgresql+asyncpg://")):
+            raise ValueError("listen_database_url must be a postgresql:// URL")
+        return value
+
+    @field_validator("stream_token_secret")
+    @classmethod
+    def _strong_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError("stream_token_secret must be at least 32 characters")
         return value
 
     @field_validator("process_allowlist", "process_denylist")
@@ -143,6 +244,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def direct_url(self) -> str:
+        """The URL for migrations and LISTEN: never through a transaction pooler."""
+        return self.database_direct_url or self.database_url
 
 
 @lru_cache

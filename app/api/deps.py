@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.logs import bind
 from app.runtime.accounts import Accounts, Principal
+from app.runtime.blueprints import Blueprints
 from app.runtime.delegation import Delegator
-from app.runtime.errors import ProcessesDisabled
+from app.runtime.errors import ProcessesDisabled, Unauthorized
 from app.runtime.processes import ProcessManager
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
+from app.runtime.stream_tokens import StreamGrant
 from app.runtime.tools import ToolRegistry
 from app.settings import Settings
 
@@ -65,13 +68,40 @@ async def get_tenant(
     """The caller's tenant, from the API key alone (never from the path, query or body)."""
     accounts: Accounts = request.app.state.accounts
     raw = credentials.credentials if credentials is not None else None
-    return await accounts.authenticate(raw)
+    principal = await accounts.authenticate(raw)
+    # From here on, every log line of this request names the tenant (and the session).
+    bind(tenant_id=principal.tenant_id, session_id=request.path_params.get("session_id"))
+    return principal
+
+
+async def get_blueprints(request: Request) -> Blueprints:
+    return request.app.state.blueprints
+
+
+async def get_stream_grant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    token: Annotated[
+        str | None,
+        Query(max_length=2048, description="A stream token from POST /v1/stream-tokens."),
+    ] = None,
+) -> StreamGrant:
+    """Who may read a stream: an API key, or (browsers cannot send headers with EventSource)
+    a short-lived stream token in `?token=`. The key itself never goes in a URL."""
+    if credentials is not None:
+        principal = await request.app.state.accounts.authenticate(credentials.credentials)
+        return StreamGrant(tenant_id=principal.tenant_id)
+    if token:
+        return request.app.state.stream_tokens.verify(token)
+    raise Unauthorized()
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
+StreamGrantDep = Annotated[StreamGrant, Depends(get_stream_grant)]
 ProcessesDep = Annotated[ProcessManager, Depends(get_processes)]
 DelegatorDep = Annotated[Delegator, Depends(get_delegator)]
 ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]

@@ -12,22 +12,23 @@ from app.runtime.agent import AgentSpec
 from app.runtime.memory import ContentPart, MemoryItem
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-# Seqs and offsets are BIGINT in the database: a larger query value is a 422, not a 500.
-MAX_SEQ = 2**63 - 1
+# The largest seq a request may name: any larger value cannot exist, and one past 2**63
+# would not even fit the database's integer (SQLite raises OverflowError, a 500).
+MAX_SEQ = 2**53 - 1
 
 
 def check_storable_text(value: Any) -> None:
-    """Refuse text that PostgreSQL cannot store (NUL, unpaired surrogates) with a 422.
+    """Refuse unpaired surrogates with a 422: text no backend can store as it was sent.
 
-    Both are valid JSON and SQLite keeps them, but a JSONB or text column refuses them: left
-    alone they would reach the database and fail there, as a 500, on one backend only.
+    They are valid JSON escapes, and SQLite keeps them, but they are not Unicode text:
+    PostgreSQL refuses them in JSONB and text, so left alone they would fail at the database,
+    as a 500, on one backend only. (NUL, the other such character, is stored as U+FFFD by the
+    store's redaction funnel.)
     """
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise ValueError("text may not contain NUL (\\u0000) characters")
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
@@ -56,10 +57,25 @@ class SessionCreate(_Request):
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
     agent: AgentSpec = Field(default_factory=AgentSpec)
+    agent_name: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Use the named agent blueprint (GET /v1/agents) instead of an inline agent.",
+    )
     binding: dict[str, Any] = Field(
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
+
+
+class AgentRead(BaseModel):
+    name: str
+    description: str | None
+    agent: AgentSpec
+
+
+class AgentList(BaseModel):
+    data: list[AgentRead]
 
 
 class SessionPatch(_Request):
@@ -363,6 +379,23 @@ class ContextRead(BaseModel):
     report: dict[str, Any]
     items: list[dict[str, Any]]
     summary: str | None
+
+
+class StreamTokenCreate(_Request):
+    session_id: str | None = Field(
+        default=None,
+        pattern=SESSION_ID_PATTERN,
+        description="Scope the token to this session's stream; omit for all of the tenant's.",
+    )
+    ttl_seconds: int | None = Field(
+        default=None, ge=10, le=3600, description="Lifetime; ASR_STREAM_TOKEN_TTL_SECONDS caps it."
+    )
+
+
+class StreamTokenRead(BaseModel):
+    token: str = Field(description="Pass as `?token=` to the stream routes.")
+    expires_at: datetime
+    session_id: str | None
 
 
 # ---------------------------------------------------------------------- processes

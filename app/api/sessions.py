@@ -13,7 +13,14 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api import views
-from app.api.deps import IdempotencyKey, IfMatch, RuntimeDep, SettingsDep, TenantDep
+from app.api.deps import (
+    BlueprintsDep,
+    IdempotencyKey,
+    IfMatch,
+    RuntimeDep,
+    SettingsDep,
+    TenantDep,
+)
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import (
@@ -69,14 +76,20 @@ async def create_session(
     request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
+    blueprints: BlueprintsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    if body.agent_name is not None and "agent" in body.model_fields_set:
+        raise InvalidRequest("give either agent or agent_name, not both")
+    # A named agent is copied into the session: later edits of the file leave it alone.
+    agent = blueprints.spec(body.agent_name) if body.agent_name is not None else body.agent
+
     async def produce() -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,
             session_id=body.session_id,
             metadata=body.metadata,
-            agent=body.agent.model_dump(),
+            agent=agent.model_dump(),
             binding=body.binding,
             max_items=body.max_items,
         )

@@ -143,6 +143,9 @@ def _agent(raw: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest(f"the child's agent spec is invalid: {where}: {first['msg']}") from exc
 
 
+DELEGATE = "delegate"
+
+
 def delegate_tool(delegator: Delegator, *, timeout_seconds: float) -> Tool:
     """The `delegate` server tool: run a subtask in a child session, answer with its output."""
 
@@ -160,7 +163,7 @@ def delegate_tool(delegator: Delegator, *, timeout_seconds: float) -> Tool:
         raise ToolError(await delegator.explain(run))
 
     return Tool(
-        "delegate",
+        DELEGATE,
         "Hand a subtask to a new child session (its own memory and timeline) and answer with "
         "its final output. Optional `agent` is the child's agent spec (default: yours).",
         {

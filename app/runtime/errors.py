@@ -25,10 +25,13 @@ knows about HTTP.
     │   ├── CommandNotAllowed        (not on the allowlist, or on the denylist)
     │   ├── WorkspaceOutsideRoot     (a workspace name that would leave the root)
     │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
+    │   ├── InvalidCursor            (a malformed stream cursor)
+    │   │   └── CursorOutOfRange     (beyond the session's last seq)
     │   └── PayloadTooLarge
     ├── TooManyRequests          (429, with Retry-After)
     │   └── TooManyProcesses     (the tenant's live processes on this server)
     ├── Unauthorized
+    ├── TooManyStreams               (the tenant's cap on open streams; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
 """
 
@@ -245,6 +248,32 @@ class Unauthorized(AgentSessionError):
     def __init__(self) -> None:
         # One message for unknown, malformed and revoked keys: no oracle for which it was.
         super().__init__("missing or invalid API key")
+
+
+class InvalidCursor(InvalidRequest):
+    code = "invalid_cursor"
+
+
+class CursorOutOfRange(InvalidCursor):
+    """Resuming after a seq the session never reached would skip events silently."""
+
+    code = "cursor_out_of_range"
+
+    def __init__(self, cursor: int, last_seq: int) -> None:
+        super().__init__(
+            f"cursor {cursor} is beyond the session's last seq {last_seq}; "
+            "restart the stream from after_seq=0 or a seq you received",
+            last_seq=last_seq,
+        )
+
+
+class TooManyStreams(AgentSessionError):
+    code = "too_many_streams"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} open streams on this server", retry_after=5
+        )
 
 
 class TooManyProcesses(TooManyRequests):

@@ -99,6 +99,41 @@ class AppendResult:
     events: list[Event]
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class TenantCursor:
+    """A point in a tenant's whole timeline: (writing transaction id, global position).
+
+    Readers only pass rows whose transaction is older than every one still running, so the
+    cursor only ever moves over a prefix that can no longer change (DESIGN section 9). On
+    SQLite the transaction id is 0: one writer at a time makes position order commit order.
+    """
+
+    xact_id: int = 0
+    position: int = 0
+
+    def encode(self) -> str:
+        """The opaque string clients hold (an SSE id)."""
+        return str(self.position) if self.xact_id == 0 else f"{self.xact_id}.{self.position}"
+
+    @classmethod
+    def parse(cls, raw: str) -> TenantCursor | None:
+        """The cursor in `raw`, or None when it is not one `encode` makes."""
+        head, dot, tail = raw.strip().partition(".")
+        parts = (head, tail) if dot else ("0", head)
+        if not all(p.isdigit() and len(p) <= 19 for p in parts):
+            return None
+        return cls(int(parts[0]), int(parts[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPage:
+    """One read of a tenant's timeline after a cursor."""
+
+    entries: list[tuple[Event, TenantCursor]]
+    more: bool  # the page is full: read again at once
+    pending: bool  # committed rows wait behind a transaction still open: read again soon
+
+
 @dataclass(frozen=True, slots=True)
 class NewSession:
     session_id: str
@@ -186,6 +221,15 @@ class SessionStore(Protocol):
     async def get_snapshot(
         self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
     ) -> SnapshotRecord | None: ...
+
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage: ...
 
     async def save_snapshot(
         self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]

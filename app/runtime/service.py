@@ -27,6 +27,7 @@ from app.runtime.errors import (
 from app.runtime.events import Event, EventType, NewEvent
 from app.runtime.memory import normalize_items
 from app.runtime.metadata import check_metadata_size
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
     IdempotencyClaim,
@@ -35,6 +36,8 @@ from app.runtime.ports import (
     NoLiveFrames,
     SessionRecord,
     SessionStore,
+    TenantCursor,
+    TenantPage,
 )
 from app.runtime.projector import apply_event, fold
 from app.runtime.state import SessionState, validate_recovery_object
@@ -67,10 +70,13 @@ class SessionRuntime:
         *,
         limits: Limits | None = None,
         live: LiveFrames | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.limits = limits or Limits()
         self.live: LiveFrames = live or NoLiveFrames()
+        # Runs report their stop reason, latency and model calls here (metrics).
+        self.observer: Observer = observer or NullObserver()
         self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
 
     # ------------------------------------------------------------------ reading
@@ -144,6 +150,18 @@ class SessionRuntime:
         return await self.store.list_events(
             tenant_id, session_id, after_seq=after_seq, types=types, run_id=run_id, limit=limit
         )
+
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage:
+        """Events of every session of the tenant after a timeline cursor, never skipping one
+        that commits late (see `TenantCursor`)."""
+        return await self.store.list_tenant_events(tenant_id, after=after, types=types, limit=limit)
 
     async def projection(self, tenant_id: str, session_id: str) -> tuple[Loaded, SessionState]:
         """(live state, fold of the whole ledger from seq 1 to the same seq)."""

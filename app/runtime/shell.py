@@ -10,6 +10,7 @@ from app.runtime.errors import AgentSessionError
 from app.runtime.processes import ProcessManager
 from app.runtime.tools import Tool, ToolContext, ToolError
 
+SHELL = "shell"
 TOOL_OUTPUT_MAX = 8192  # a tool result is memory: a long output is read through the logs route
 
 
@@ -47,7 +48,7 @@ def shell_tool(manager: ProcessManager) -> Tool:
 
     allowed = ", ".join(sorted(manager.policy.allowlist)) or "any program not denied"
     return Tool(
-        "shell",
+        SHELL,
         "Start a program in the session's workspace (no shell: one command line, an allowed "
         "program by name). Answers with its exit code and output if it ends within wait_ms, "
         f"else with its process id while it keeps running in the background. Allowed: {allowed}.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,8 +13,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.events import Event
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION
+from app.store.notify import Announcer
+from app.tracing import span
 
 
 def utcnow() -> datetime:
@@ -29,40 +32,78 @@ def as_utc(value: datetime) -> datetime:
 class StoreBase:
     """Owns the engine and opens read and write transactions on it."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    # Told about committed events (metrics); AgentSessionStore takes the real one.
+    observer: Observer = NullObserver()
+
+    def __init__(self, engine: AsyncEngine, *, notify: bool = True) -> None:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
+        # Live readers are woken by every transaction that inserts events (see notify.py).
+        self.announcer = Announcer(notify=notify and self.is_postgres)
         # SQLite has one writer at a time anyway; queueing writers here, in order, beats
         # having them spin in SQLite's busy handler with its growing sleeps.
         self._write_lock = None if self.is_postgres else asyncio.Lock()
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """One write transaction: committed on exit, rolled back on error."""
-        if self._write_lock is not None:
-            async with self._write_lock, self._begin(write=True) as conn:
-                yield conn
-        else:
-            async with self._begin(write=True) as conn:
-                yield conn
+        """One write transaction: committed on exit, rolled back on error.
+
+        The sessions whose events it inserted (`touch`) are announced: one NOTIFY each as
+        the transaction's last statement, so only a commit delivers it, and this process's
+        listeners right after the commit. Events inserted in it are reported to the observer
+        (metrics) after the commit, once per transaction; a rolled-back one reports nothing.
+        """
+        appended: list[str] = []
+        with span("store.write", **{"db.system": self.engine.dialect.name}):
+            async with AsyncExitStack() as stack:
+                if self._write_lock is not None:
+                    await stack.enter_async_context(self._write_lock)
+                conn = await stack.enter_async_context(self.engine.connect())
+                await conn.execution_options(**{WRITE_OPTION: True})
+                self.announcer.begin(conn)
+                try:
+                    async with conn.begin(), _collecting(conn, appended):
+                        yield conn
+                        wakeups = await self.announcer.before_commit(conn)
+                finally:
+                    self.announcer.discard(conn)
+            self.announcer.after_commit(wakeups)
+        if appended:
+            self.observer.events_appended(appended)
+
+    def touch(self, conn: AsyncConnection, tenant_id: str, session_id: str, last_seq: int) -> None:
+        """Mark this write transaction as having inserted events of the session."""
+        self.announcer.touch(conn, tenant_id, session_id, last_seq)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """One read transaction (a consistent snapshot on PostgreSQL and in SQLite WAL)."""
-        async with self._begin(write=False) as conn:
+        async with self.engine.connect() as conn, conn.begin():
             yield conn
-
-    @asynccontextmanager
-    async def _begin(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            if write:
-                await conn.execution_options(**{WRITE_OPTION: True})
-            async with conn.begin():
-                yield conn
 
     def insert(self, table: Any) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT DO NOTHING on both databases."""
         return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+
+_APPENDED = "asr_appended_event_types"
+
+
+@asynccontextmanager
+async def _collecting(conn: AsyncConnection, into: list[str]) -> AsyncIterator[None]:
+    # conn.info lives as long as the pooled DBAPI connection: always take the list off again.
+    conn.info[_APPENDED] = into
+    try:
+        yield
+    finally:
+        conn.info.pop(_APPENDED, None)
+
+
+def note_appended(conn: AsyncConnection, types: list[str]) -> None:
+    """Record event types inserted in this write transaction (reported after commit)."""
+    collected = conn.info.get(_APPENDED)
+    if collected is not None:
+        collected.extend(types)
 
 
 def session_from_row(row: Row[Any]) -> SessionRecord:

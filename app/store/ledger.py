@@ -38,10 +38,24 @@ from app.runtime.errors import (
 )
 from app.runtime.events import Event, NewEvent
 from app.runtime.metadata import check_metadata_size, merge_patch
-from app.runtime.ports import AppendResult, NewSession, SessionRecord, SnapshotRecord
+from app.runtime.ports import (
+    AppendResult,
+    NewSession,
+    SessionRecord,
+    SnapshotRecord,
+    TenantCursor,
+    TenantPage,
+)
 from app.runtime.redaction import Redactor
 from app.runtime.state import state_hash
-from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
+from app.store.base import (
+    StoreBase,
+    as_utc,
+    event_from_row,
+    note_appended,
+    session_from_row,
+    utcnow,
+)
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
@@ -51,7 +65,7 @@ class LedgerStore(StoreBase):
     """Tenant-scoped reads and writes of sessions, events and snapshots."""
 
     max_metadata_bytes: int = 16_384
-    max_event_bytes: int = 1_048_576
+    max_event_bytes: int = 2_097_152
     redactor: Redactor = Redactor()
 
     def _persistable(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -109,9 +123,9 @@ class LedgerStore(StoreBase):
                 parent_session_id=session.parent_session_id,
                 forked_from_seq=session.forked_from_seq,
                 status="idle",
-                metadata=session.metadata,
-                agent=session.agent,
-                binding=session.binding,
+                metadata=self.redactor.value(session.metadata),
+                agent=self.redactor.value(session.agent),
+                binding=self.redactor.value(session.binding),
                 last_seq=last_seq,
                 version=1,
                 active_run_id=None,
@@ -266,7 +280,7 @@ class LedgerStore(StoreBase):
     async def _patch_metadata(
         self, conn: AsyncConnection, record: SessionRecord, patch: dict[str, Any]
     ) -> SessionRecord:
-        merged = merge_patch(record.metadata, patch)
+        merged = self.redactor.value(merge_patch(record.metadata, patch))
         check_metadata_size(merged, limit=self.max_metadata_bytes)
         await conn.execute(
             update(sessions)
@@ -289,6 +303,10 @@ class LedgerStore(StoreBase):
     ) -> list[Event]:
         if not events:
             return []
+        self.touch(conn, session.tenant_id, session.session_id, session.last_seq)
+        # Counted for metrics once the transaction commits (see StoreBase.write); a fork's
+        # copied prefix (_copy_events) is not new and is not counted.
+        note_appended(conn, [str(e.type) for e in events])
         now = utcnow()
         rows = [
             {
@@ -373,6 +391,49 @@ class LedgerStore(StoreBase):
             rows = (await conn.execute(stmt)).all()
         return [event_from_row(r) for r in rows]
 
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage:
+        """Events of every session of the tenant after `after`, in commit-safe order.
+
+        PostgreSQL: positions come from an identity, which is not commit order, so rows are
+        read in (xact_id, position) order and passed only while their transaction is older
+        than the oldest one still running (`pg_snapshot_xmin`). Such a prefix can no longer
+        grow, so a cursor never steps over a row that commits late. SQLite: one writer at a
+        time, so position order is commit order.
+        """
+        ev = session_events.c
+        stmt = select(session_events).where(ev.tenant_id == tenant_id)
+        if types:
+            stmt = stmt.where(ev.type.in_(types))
+        if not self.is_postgres:
+            stmt = stmt.where(ev.position > after.position).order_by(ev.position).limit(limit)
+            async with self.read() as conn:
+                rows = (await conn.execute(stmt)).all()
+            entries = [(event_from_row(r), TenantCursor(0, r.position)) for r in rows]
+            return TenantPage(entries=entries, more=len(rows) == limit, pending=False)
+        safe_below = literal_column("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        stmt = (
+            stmt.add_columns(safe_below.label("safe_below"))
+            .where(tuple_(ev.xact_id, ev.position) > tuple_(after.xact_id, after.position))
+            .order_by(ev.xact_id, ev.position)
+            .limit(limit + 1)
+        )
+        async with self.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        safe = [r for r in rows if r.xact_id < r.safe_below]  # a prefix: ordered by xact_id
+        entries = [(event_from_row(r), TenantCursor(r.xact_id, r.position)) for r in safe]
+        return TenantPage(
+            entries=entries[:limit],
+            more=len(safe) > limit,
+            pending=len(safe) < len(rows),
+        )
+
     # -------------------------------------------------------------------- forks
 
     async def fork_session(
@@ -431,6 +492,7 @@ class LedgerStore(StoreBase):
                 conn, record, events, first_seq=at_seq + 1, xact_id=xact_id
             )
             await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+        # Only the child's own events count as appended; the copied prefix is not new.
         return AppendResult(session=record, events=written)
 
     async def _copy_events(
@@ -444,6 +506,7 @@ class LedgerStore(StoreBase):
     ) -> None:
         if at_seq == 0:
             return
+        self.touch(conn, tenant_id, child.session_id, child.last_seq)
         src = session_events.c
         columns = [
             "tenant_id",

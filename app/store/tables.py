@@ -139,6 +139,8 @@ session_events = Table(
         ondelete="CASCADE",
     ),
     Index(None, "tenant_id", "position"),
+    # The tenant-wide timeline reads in (xact_id, position) order (PostgreSQL).
+    Index(None, "tenant_id", "xact_id", "position"),
 )
 
 idempotency_keys = Table(

@@ -1,0 +1,256 @@
+"""Server-Sent Events: the replay-then-live merge, the tenant timeline, and their frames.
+
+Every frame is built by sse-starlette. Committed events carry an id (the seq on a session
+stream, an opaque cursor on the tenant stream); control frames (`retry`, pings, `overflow`,
+`shutdown`, `ERROR`) never do, because an id on them would move the client's Last-Event-ID
+past real events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from sse_starlette import ServerSentEvent
+
+from app.api.problems import problem_body
+from app.runtime.errors import InvalidCursor
+from app.runtime.events import Event
+from app.runtime.ports import TenantCursor, TenantPage
+from app.store.subscription import Delivery, Ephemeral, Subscription
+
+Subscribe = Callable[[], AbstractContextManager[Subscription]]
+ReadAfter = Callable[[int], Awaitable[list[Event]]]
+ReadPage = Callable[[TenantCursor], Awaitable[TenantPage]]
+
+T = TypeVar("T")
+
+_READ_DEADLINE = 30.0
+_CHUNK_BYTES = 65_536
+_PENDING_FIRST_WAIT = 0.05
+_PENDING_MAX_WAIT = 1.0
+
+
+async def read_whole(read: Awaitable[T]) -> T:
+    """Await one short table read without letting a disconnect cancel it half-way.
+
+    A cancelled read leaves SQLAlchemy a connection in an unknown state, which it must
+    throw away (with aiosqlite, leaking a task each time); shielded, the read finishes and
+    returns its connection to the pool, and the cancellation lands right after. The
+    deadline keeps a hung database from pinning the stream.
+    """
+    with anyio.fail_after(_READ_DEADLINE, shield=True):
+        return await read
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The stream stops on its own (`overflow`, `shutdown`); resume after `resume_after`."""
+
+    reason: str
+    resume_after: str
+
+
+Batch = list[Delivery | Ephemeral]
+
+
+async def replay_then_live(
+    subscribe: Subscribe,
+    read_after: ReadAfter,
+    *,
+    after_seq: int,
+    types: frozenset[str] | None,
+    batch: int,
+    handoff_delay: float = 0.0,
+) -> AsyncGenerator[Batch | StreamEnd, None]:
+    """A session's events after `after_seq`, then live, with no gap and no duplicate.
+
+    DESIGN section 7, in this order: (1) subscribe, so that nothing committed from now on
+    can be missed; (2) replay the table after the cursor, in short transactions; (3) pass
+    live events only above the last seq handed on. `read_after(seq)` returns up to `batch`
+    events after seq (already filtered by `types`). `handoff_delay` is the R9 fault point.
+
+    Yields batches in order: whatever was ready together, so that a stream under load
+    sends several frames per write instead of one.
+    """
+    last = after_seq
+    with subscribe() as sub:
+        if handoff_delay:
+            await asyncio.sleep(handoff_delay)
+        while True:
+            if sub.overflowed:  # dropped live items are all in the table: read them again
+                sub.reset()
+            events = await read_whole(read_after(last))
+            if events:
+                last = events[-1].seq
+                yield [Delivery(event) for event in events]
+            if sub.closed is not None:
+                yield StreamEnd(sub.closed, str(last))
+                return
+            if len(events) < batch and not sub.overflowed:
+                break
+        while True:
+            items = await sub.take()
+            if sub.closed is not None or sub.overflowed:
+                yield StreamEnd(sub.closed or "overflow", str(last))
+                return
+            out: Batch = []
+            for item in items:
+                if isinstance(item, Ephemeral):
+                    out.append(item)
+                elif item.event.seq > last:
+                    last = item.event.seq
+                    if types is None or item.event.type in types:
+                        out.append(item)
+            if out:
+                yield out
+
+
+async def tenant_timeline(
+    subscribe: Subscribe, read_page: ReadPage, *, after: TenantCursor
+) -> AsyncGenerator[tuple[Event, TenantCursor] | StreamEnd, None]:
+    """Every event of a tenant after `after`, then live, each exactly once.
+
+    Wake-ups only prompt a read; the read itself decides what is safe to pass (see
+    `TenantCursor`). While committed rows wait behind an older open transaction, the read is
+    retried with a short backoff, since that transaction may commit without a wake-up.
+    """
+    cursor = after
+    wait = _PENDING_FIRST_WAIT
+    with subscribe() as sub:
+        while True:
+            page = await read_whole(read_page(cursor))
+            for event, position in page.entries:
+                cursor = position
+                yield event, position
+            if sub.closed is not None:
+                yield StreamEnd(sub.closed, cursor.encode())
+                return
+            if page.more:
+                continue
+            if page.pending:
+                await sub.take(max_wait=wait)
+                wait = min(wait * 2, _PENDING_MAX_WAIT)
+            else:
+                wait = _PENDING_FIRST_WAIT
+                await sub.take()
+
+
+# ----------------------------------------------------------------------- frames
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def event_frame(delivery: Delivery) -> bytes:
+    """`id: <seq>`, `event: <TYPE>`, `data: <event JSON>`, encoded once per delivery."""
+    if delivery.frame is None:
+        event = delivery.event
+        sse = ServerSentEvent(id=str(event.seq), event=event.type, data=_json(event.to_json()))
+        delivery.frame = sse.encode()
+    return delivery.frame
+
+
+def tenant_event_frame(event: Event, cursor: TenantCursor) -> ServerSentEvent:
+    return ServerSentEvent(id=cursor.encode(), event=event.type, data=_json(event.to_json()))
+
+
+def ephemeral_frame(item: Ephemeral) -> ServerSentEvent:
+    return ServerSentEvent(event=str(item.frame.get("type") or "delta"), data=_json(item.frame))
+
+
+def end_frame(end: StreamEnd) -> ServerSentEvent:
+    detail = {
+        "overflow": "this client fell too far behind; reconnect with Last-Event-ID",
+        "shutdown": "the server is shutting down; reconnect with Last-Event-ID",
+    }.get(end.reason, end.reason)
+    return ServerSentEvent(
+        event=end.reason, data=_json({"resume_after": end.resume_after, "detail": detail})
+    )
+
+
+def error_frame(exc: BaseException, instance: str) -> ServerSentEvent:
+    """A failure inside a started stream: one ERROR frame with the problem body."""
+    return ServerSentEvent(event="ERROR", data=_json(problem_body(exc, instance)))
+
+
+def batch_chunks(batch: Batch) -> Iterator[bytes]:
+    """The batch's frames, joined into writes of up to about 64 KiB."""
+    chunk: list[bytes] = []
+    size = 0
+    for item in batch:
+        frame = event_frame(item) if isinstance(item, Delivery) else ephemeral_frame(item).encode()
+        if chunk and size + len(frame) > _CHUNK_BYTES:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+        chunk.append(frame)
+        size += len(frame)
+    if chunk:
+        yield b"".join(chunk)
+
+
+async def session_frames(
+    items: AsyncGenerator[Batch | StreamEnd, None], *, retry_ms: int, instance: str
+) -> AsyncIterator[ServerSentEvent | bytes]:
+    """`retry:` once, then the merge's batches as frames; a failure ends it with ERROR."""
+    yield ServerSentEvent(retry=retry_ms)
+    try:
+        async for item in items:
+            if isinstance(item, StreamEnd):
+                yield end_frame(item)
+            else:
+                for chunk in batch_chunks(item):
+                    yield chunk
+    except Exception as exc:
+        yield error_frame(exc, instance)
+    finally:
+        await items.aclose()
+
+
+async def tenant_frames(
+    items: AsyncGenerator[tuple[Event, TenantCursor] | StreamEnd, None],
+    *,
+    retry_ms: int,
+    instance: str,
+) -> AsyncIterator[ServerSentEvent]:
+    yield ServerSentEvent(retry=retry_ms)
+    try:
+        async for item in items:
+            if isinstance(item, StreamEnd):
+                yield end_frame(item)
+            else:
+                yield tenant_event_frame(*item)
+    except Exception as exc:
+        yield error_frame(exc, instance)
+    finally:
+        await items.aclose()
+
+
+# ---------------------------------------------------------------------- cursors
+
+
+def session_cursor(last_event_id: str | None, after_seq: int | None) -> int:
+    """Where a session stream resumes. Last-Event-ID wins: a reconnecting browser sends it,
+    while its URL still carries the first `after_seq`."""
+    raw = (last_event_id or "").strip()
+    if not raw:
+        return after_seq or 0
+    if not raw.isdigit() or len(raw) > 18:
+        raise InvalidCursor(f"Last-Event-ID {raw[:40]!r} is not a seq of this session")
+    return int(raw)
+
+
+def tenant_cursor(last_event_id: str | None, after: str | None) -> TenantCursor:
+    raw = (last_event_id or "").strip() or (after or "").strip()
+    if not raw:
+        return TenantCursor()
+    cursor = TenantCursor.parse(raw)
+    if cursor is None:
+        raise InvalidCursor(f"{raw[:40]!r} is not a cursor of the tenant stream")
+    return cursor

@@ -1,0 +1,171 @@
+"""Live timelines over Server-Sent Events, and the stream tokens browsers use to open them.
+
+Everything that can fail with a status (auth, 404, a bad cursor, the tenant's stream cap)
+is checked before the response starts; after that, a failure is one `ERROR` frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from app.api.deps import RuntimeDep, SettingsDep, StreamGrantDep, TenantDep
+from app.api.events import _types
+from app.api.problems import problem_responses
+from app.api.schemas import StreamTokenCreate, StreamTokenRead
+from app.api.sse import (
+    replay_then_live,
+    session_cursor,
+    session_frames,
+    tenant_cursor,
+    tenant_frames,
+    tenant_timeline,
+)
+from app.api.sse_response import StreamResponse, StreamStop
+from app.runtime.errors import CursorOutOfRange, SessionNotFound, Unauthorized
+from app.runtime.events import Event
+from app.runtime.ports import TenantCursor, TenantPage
+from app.runtime.stream_tokens import StreamGrant
+from app.store.subscription import Subscription
+
+router = APIRouter(tags=["streams"])
+
+_SSE_DOC = {
+    "description": "Server-Sent Events. Committed events: `id` (session stream: the seq; "
+    "tenant stream: an opaque cursor), `event` = type, `data` = event JSON. Control frames "
+    "(`overflow`, `shutdown`, `ERROR`, deltas, pings) carry no id.",
+    "content": {"text/event-stream": {"schema": {"type": "object"}}},
+}
+LastEventId = Annotated[
+    str | None,
+    Header(alias="Last-Event-ID", max_length=64, description="Resume after this event id."),
+]
+Types = Annotated[
+    list[str] | None, Query(max_length=64, description="Only these event types (repeat or comma).")
+]
+
+
+@router.get(
+    "/v1/sessions/{session_id}/events/stream",
+    summary="Live timeline of a session (SSE): replay after a cursor, then follow",
+    response_class=Response,
+    responses={200: _SSE_DOC, **problem_responses(401, 404, 422, 429)},
+)
+async def stream_session_events(
+    session_id: str,
+    request: Request,
+    grant: StreamGrantDep,
+    runtime: RuntimeDep,
+    settings: SettingsDep,
+    last_event_id: LastEventId = None,
+    after_seq: Annotated[int | None, Query(ge=0, description="Start after this seq.")] = None,
+    types: Types = None,
+    include: Annotated[
+        list[Literal["deltas"]] | None,
+        Query(description="`deltas`: also send this server's ephemeral delta frames (no id)."),
+    ] = None,
+) -> Response:
+    tenant_id = grant.tenant_id
+    if grant.session_id not in (None, session_id):
+        raise SessionNotFound(session_id)  # a token for another session sees nothing here
+    record = await runtime.get(tenant_id, session_id)
+    cursor = session_cursor(last_event_id, after_seq)
+    if cursor > record.last_seq:
+        raise CursorOutOfRange(cursor, record.last_seq)
+    wanted = _types(types)
+    batch = settings.sse_replay_batch
+    bus = request.app.state.bus
+    stop = StreamStop()
+    slot = request.app.state.stream_slots.acquire(tenant_id)
+
+    @contextmanager
+    def subscribe() -> Iterator[Subscription]:
+        # `record.last_seq` was read before subscribing: a fresh topic may start there.
+        with bus.subscribe(
+            tenant_id, session_id, head=record.last_seq, deltas=bool(include)
+        ) as sub:
+            stop.watch(sub)
+            yield sub
+
+    async def read_after(seq: int) -> list[Event]:
+        return await runtime.list_events(
+            tenant_id, session_id, after_seq=seq, types=wanted, limit=batch
+        )
+
+    items = replay_then_live(
+        subscribe,
+        read_after,
+        after_seq=cursor,
+        types=frozenset(wanted) if wanted else None,
+        batch=batch,
+        handoff_delay=settings.sse_handoff_delay_ms / 1000,
+    )
+    frames = session_frames(items, retry_ms=settings.sse_retry_ms, instance=request.url.path)
+    return StreamResponse(frames, slot=slot, stop=stop, settings=settings)
+
+
+@router.get(
+    "/v1/events/stream",
+    summary="Live timeline of every session of the tenant (SSE), resumable by its cursor",
+    response_class=Response,
+    responses={200: _SSE_DOC, **problem_responses(401, 422, 429)},
+)
+async def stream_tenant_events(
+    request: Request,
+    grant: StreamGrantDep,
+    runtime: RuntimeDep,
+    settings: SettingsDep,
+    last_event_id: LastEventId = None,
+    after: Annotated[
+        str | None, Query(max_length=64, description="Start after this cursor (an event id).")
+    ] = None,
+    types: Types = None,
+) -> Response:
+    if grant.session_id is not None:
+        raise Unauthorized()  # a token scoped to one session does not open the tenant's stream
+    tenant_id = grant.tenant_id
+    cursor = tenant_cursor(last_event_id, after)
+    wanted = _types(types)
+    bus = request.app.state.bus
+    stop = StreamStop()
+    slot = request.app.state.stream_slots.acquire(tenant_id)
+
+    @contextmanager
+    def subscribe() -> Iterator[Subscription]:
+        with bus.subscribe_tenant(tenant_id) as sub:
+            stop.watch(sub)
+            yield sub
+
+    async def read_page(after_cursor: TenantCursor) -> TenantPage:
+        return await runtime.list_tenant_events(
+            tenant_id, after=after_cursor, types=wanted, limit=settings.sse_replay_batch
+        )
+
+    items = tenant_timeline(subscribe, read_page, after=cursor)
+    frames = tenant_frames(items, retry_ms=settings.sse_retry_ms, instance=request.url.path)
+    return StreamResponse(frames, slot=slot, stop=stop, settings=settings)
+
+
+@router.post(
+    "/v1/stream-tokens",
+    status_code=201,
+    response_model=StreamTokenRead,
+    summary="A short-lived token for `?token=` on the stream routes (for EventSource)",
+    responses=problem_responses(401, 404, 422),
+)
+async def create_stream_token(
+    body: StreamTokenCreate, request: Request, tenant: TenantDep, runtime: RuntimeDep
+) -> dict:
+    if body.session_id is not None:
+        await runtime.get(tenant.tenant_id, body.session_id)
+    grant = StreamGrant(tenant_id=tenant.tenant_id, session_id=body.session_id)
+    token, expires = request.app.state.stream_tokens.issue(grant, ttl_seconds=body.ttl_seconds)
+    return {
+        "token": token,
+        "expires_at": datetime.fromtimestamp(expires, UTC),
+        "session_id": body.session_id,
+    }

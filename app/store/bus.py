@@ -1,0 +1,360 @@
+"""The event bus: committed events to this process's live subscribers, on every replica.
+
+The table is the only data of record. A wake-up (a local commit, a NOTIFY from another
+replica, a poll tick, a listener reconnect) only says "session S may have rows after seq
+L"; the bus then reads those rows ONCE per session and fans them out to every local
+subscriber of S. Each session topic keeps a cursor with one invariant: every event at or
+below it was committed before any current subscriber subscribed, or has been pushed to it.
+A stream that subscribes first and then replays the table therefore sees every event, and
+drops the overlap by seq (`app.api.sse.replay_then_live`).
+
+`InProcessBus` (SQLite) is woken by this process's commits and by polling (the only way
+to hear another process writing the same file). `PostgresNotifyBus` adds one dedicated
+LISTEN connection per process for the NOTIFYs of every replica (`notify.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from app.settings import Settings
+from app.store.ledger import LedgerStore
+from app.store.notify import CHANNEL, Wakeup, decode_wakeup
+from app.store.subscription import Delivery, Ephemeral, Subscription
+from app.store.tables import sessions
+
+log = logging.getLogger("app.store.bus")
+
+_DRAIN_CONCURRENCY = 8
+_HEADS_CHUNK = 500
+
+
+@dataclass(eq=False)
+class _Topic:
+    cursor: int
+    subscribers: set[Subscription] = field(default_factory=set)
+
+
+class EventBus:
+    """Fan-out core shared by both buses; implements the runtime's `LiveFrames`."""
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        *,
+        queue_size: int = 1000,
+        poll_seconds: float = 2.0,
+        read_batch: int = 500,
+    ) -> None:
+        self._store = store
+        self._queue_size = queue_size
+        self._poll_seconds = poll_seconds
+        self._batch = read_batch
+        self._topics: dict[tuple[str, str], _Topic] = {}
+        self._tenants: dict[str, set[Subscription]] = {}
+        self._dirty: dict[tuple[str, str], int | None] = {}
+        self._dirty_event = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.counters = {"wakeups": 0, "drains": 0, "polls": 0, "catch_ups": 0, "overflows": 0}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._store.announcer.listeners.append(self.wake)
+        self._tasks.append(asyncio.create_task(self._pump(), name="asr-bus-pump"))
+        self._tasks.append(asyncio.create_task(self._poll_forever(), name="asr-bus-poll"))
+
+    async def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._store.announcer.listeners.remove(self.wake)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for topic in self._topics.values():
+            for sub in topic.subscribers:
+                sub.close("shutdown")
+        for subs in self._tenants.values():
+            for sub in subs:
+                sub.close("shutdown")
+
+    # --------------------------------------------------------------- subscribing
+
+    @contextmanager
+    def subscribe(
+        self, tenant_id: str, session_id: str, *, head: int, deltas: bool = False
+    ) -> Iterator[Subscription]:
+        """Subscribe to a session. `head` must be a last_seq read before this call: the
+        events up to it are committed, so a new topic may start its cursor there."""
+        key = (tenant_id, session_id)
+        topic = self._topics.get(key)
+        if topic is None:
+            topic = self._topics[key] = _Topic(cursor=head)
+        sub = Subscription(limit=self._queue_size, deltas=deltas, on_overflow=self._overflowed)
+        topic.subscribers.add(sub)
+        try:
+            yield sub
+        finally:
+            topic.subscribers.discard(sub)
+            if not topic.subscribers and self._topics.get(key) is topic:
+                del self._topics[key]
+
+    @contextmanager
+    def subscribe_tenant(self, tenant_id: str) -> Iterator[Subscription]:
+        """Wake-ups for every session of the tenant; the reader fetches rows itself."""
+        sub = Subscription(limit=1)
+        self._tenants.setdefault(tenant_id, set()).add(sub)
+        try:
+            yield sub
+        finally:
+            subs = self._tenants.get(tenant_id)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._tenants[tenant_id]
+
+    def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None:
+        """Send a delta frame to this process's subscribers of the session that want them."""
+        topic = self._topics.get((tenant_id, session_id))
+        if topic is None:
+            return
+        item = (Ephemeral(frame),)
+        for sub in list(topic.subscribers):
+            if sub.deltas:
+                sub.push(item)
+
+    # ------------------------------------------------------------------ wake-ups
+
+    def wake(self, wakeup: Wakeup) -> None:
+        """A session (or, without session_id, any session of a tenant) has new rows."""
+        self.counters["wakeups"] += 1
+        for sub in self._tenants.get(wakeup.tenant_id, ()):
+            sub.poke()
+        if wakeup.session_id is None:
+            for key in [k for k in self._topics if k[0] == wakeup.tenant_id]:
+                self._mark(key, None)
+        elif (wakeup.tenant_id, wakeup.session_id) in self._topics:
+            self._mark((wakeup.tenant_id, wakeup.session_id), wakeup.last_seq)
+
+    def catch_up(self) -> None:
+        """Re-read every subscribed session from its cursor (wake-ups may have been lost)."""
+        self.counters["catch_ups"] += 1
+        for key in list(self._topics):
+            self._mark(key, None)
+        for subs in self._tenants.values():
+            for sub in subs:
+                sub.poke()
+
+    def _overflowed(self) -> None:
+        self.counters["overflows"] += 1
+
+    def _mark(self, key: tuple[str, str], hint: int | None) -> None:
+        if key in self._dirty:
+            old = self._dirty[key]
+            hint = None if old is None or hint is None else max(old, hint)
+        self._dirty[key] = hint
+        self._dirty_event.set()
+
+    async def _pump(self) -> None:
+        """Drain the sessions marked dirty, a few at a time; one task per process."""
+        while True:
+            await self._dirty_event.wait()
+            self._dirty_event.clear()
+            dirty, self._dirty = self._dirty, {}
+            jobs = []
+            for key, hint in dirty.items():
+                topic = self._topics.get(key)
+                if topic is not None and (hint is None or hint > topic.cursor):
+                    jobs.append((key, topic))
+            for i in range(0, len(jobs), _DRAIN_CONCURRENCY):
+                chunk = jobs[i : i + _DRAIN_CONCURRENCY]
+                await asyncio.gather(*(self._drain(key, topic) for key, topic in chunk))
+
+    async def _drain(self, key: tuple[str, str], topic: _Topic) -> None:
+        """Read the topic's new rows once and push them to each of its subscribers."""
+        self.counters["drains"] += 1
+        try:
+            while True:
+                events = await self._store.list_events(
+                    key[0], key[1], after_seq=topic.cursor, limit=self._batch
+                )
+                if not events:
+                    return
+                topic.cursor = events[-1].seq
+                items = [Delivery(e) for e in events]
+                for sub in list(topic.subscribers):
+                    sub.push(items)
+                if len(events) < self._batch:
+                    return
+        except Exception:  # the cursor did not move: the next wake-up or poll reads again
+            log.warning("reading new events of %s failed", key[1], exc_info=True)
+
+    # ------------------------------------------------------------------- polling
+
+    async def _poll_forever(self) -> None:
+        """The fallback that completes delivery when wake-ups are lost or unavailable."""
+        while True:
+            await asyncio.sleep(self._poll_seconds)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.warning("polling for new events failed", exc_info=True)
+
+    async def poll_once(self) -> None:
+        self.counters["polls"] += 1
+        for subs in self._tenants.values():
+            for sub in subs:
+                sub.poke()
+        by_tenant: dict[str, list[str]] = {}
+        for tenant_id, session_id in self._topics:
+            by_tenant.setdefault(tenant_id, []).append(session_id)
+        for tenant_id, session_ids in by_tenant.items():
+            for i in range(0, len(session_ids), _HEADS_CHUNK):
+                chunk = session_ids[i : i + _HEADS_CHUNK]
+                for session_id, last_seq in await self._heads(tenant_id, chunk):
+                    topic = self._topics.get((tenant_id, session_id))
+                    if topic is not None and last_seq > topic.cursor:
+                        self._mark((tenant_id, session_id), last_seq)
+
+    async def _heads(self, tenant_id: str, session_ids: list[str]) -> list[tuple[str, int]]:
+        stmt = select(sessions.c.session_id, sessions.c.last_seq).where(
+            sessions.c.tenant_id == tenant_id, sessions.c.session_id.in_(session_ids)
+        )
+        async with self._store.read() as conn:
+            return [(r.session_id, r.last_seq) for r in await conn.execute(stmt)]
+
+    # --------------------------------------------------------------------- gauges
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "topics": len(self._topics),
+            "subscriptions": sum(len(t.subscribers) for t in self._topics.values()),
+            "tenant_subscriptions": sum(len(s) for s in self._tenants.values()),
+            **self.counters,
+        }
+
+
+class InProcessBus(EventBus):
+    """SQLite: woken by this process's commits; polling hears other processes."""
+
+
+class PostgresNotifyBus(EventBus):
+    """PostgreSQL: plus one dedicated LISTEN connection per process, outside the pool.
+
+    A pooled connection is recycled and shared, and a dead one is noticed only at its next
+    use; this one is owned by a task that checks it every `keepalive_seconds` (a LISTEN
+    round trip, which also keeps `pg_stat_activity.query` reading LISTEN), reconnects with
+    backoff when it is lost, re-LISTENs, and only then catches up from the table, so a
+    notification lost while it was down costs latency, never an event.
+    """
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        *,
+        listen_dsn: str,
+        keepalive_seconds: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(store, **kwargs)
+        self._dsn = listen_dsn
+        self._keepalive = keepalive_seconds
+        # Operators (and the tests) find this process's listener by this name.
+        self.application_name = f"asr-listen:{os.getpid()}"
+        self.listener: dict[str, Any] = {"connected": False, "backend_pid": None, "connects": 0}
+
+    async def start(self) -> None:
+        await super().start()
+        self._tasks.append(asyncio.create_task(self._listen_forever(), name="asr-bus-listen"))
+
+    async def _listen_forever(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self._listen_once()
+                delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure of the connection: back off, reconnect
+                log.warning("LISTEN connection failed (%s); reconnecting", type(exc).__name__)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _listen_once(self) -> None:
+        """Connect, LISTEN, catch up, then watch the connection until it is lost."""
+        lost = asyncio.Event()
+        conn = await asyncpg.connect(
+            self._dsn,
+            timeout=10,
+            server_settings={"application_name": self.application_name},
+        )
+        try:
+            conn.add_termination_listener(lambda _conn: lost.set())
+            await conn.add_listener(CHANNEL, self._on_notification)
+            self.listener.update(
+                connected=True,
+                backend_pid=conn.get_server_pid(),
+                connects=self.listener["connects"] + 1,
+            )
+            self.catch_up()
+            while not lost.is_set() and not conn.is_closed():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._keepalive):
+                        await lost.wait()
+                if not lost.is_set():
+                    async with asyncio.timeout(self._keepalive):
+                        await conn.execute(f'LISTEN "{CHANNEL}"')
+        finally:
+            self.listener["connected"] = False
+            await _close(conn, graceful=not lost.is_set())
+
+    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        wakeup = decode_wakeup(payload)
+        if wakeup is not None:
+            self.wake(wakeup)
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "listener": dict(self.listener)}
+
+
+async def _close(conn: asyncpg.Connection, *, graceful: bool) -> None:
+    if graceful and not conn.is_closed():
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await conn.close()
+    conn.terminate()
+
+
+def listen_dsn(settings: Settings) -> str:
+    """The asyncpg DSN of the LISTEN connection: ASR_LISTEN_DATABASE_URL, else the DB URL."""
+    # A pooler in transaction mode cannot LISTEN: prefer the LISTEN URL, then the direct one.
+    url = make_url(settings.listen_database_url or settings.direct_url)
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
+    """The bus for this deployment: NOTIFY on PostgreSQL unless disabled, else in-process."""
+    options: dict[str, Any] = {
+        "queue_size": settings.sse_queue_size,
+        "poll_seconds": settings.sse_poll_seconds,
+        "read_batch": settings.sse_replay_batch,
+    }
+    if store.is_postgres and settings.sse_notify:
+        return PostgresNotifyBus(
+            store,
+            listen_dsn=listen_dsn(settings),
+            keepalive_seconds=settings.sse_listen_keepalive_seconds,
+            **options,
+        )
+    return InProcessBus(store, **options)

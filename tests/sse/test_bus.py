@@ -1,0 +1,187 @@
+"""NOTIFY discipline (R11) and the bus's own guarantees, on the real store.
+
+On PostgreSQL a raw LISTEN connection counts what the store really sends; on SQLite the
+same counts are taken from the in-process listeners, which play NOTIFY's role there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+
+from app.runtime.events import EventType, NewEvent
+from app.runtime.service import SessionRuntime
+from app.store.bus import InProcessBus
+from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup, decode_wakeup, encode_wakeup
+from app.store.store import AgentSessionStore
+from app.store.subscription import Delivery, Ephemeral, Subscription
+from app.store.tables import session_events
+from tests.conftest import TenantKey
+
+
+def test_r11_payload_is_tiny_and_never_the_event() -> None:
+    longest = Wakeup("t" * 32, "s" * 128, 10**18)  # uuid-hex tenant, longest session id
+    assert len(encode_wakeup(longest).encode()) <= MAX_PAYLOAD_BYTES <= 200
+    assert decode_wakeup(encode_wakeup(longest)) == longest
+    # Session ids may hold ':'; the payload still parses.
+    odd = Wakeup("abc", "a:b:c", 7)
+    assert decode_wakeup(encode_wakeup(odd)) == odd
+    # Too long for the budget: the wake-up widens to the whole tenant, it is never cut.
+    huge = Wakeup("t" * 64, "s" * 200, 1)
+    assert encode_wakeup(huge) == "t" * 64 + ":"
+    assert decode_wakeup(encode_wakeup(huge)) == Wakeup("t" * 64)
+    assert decode_wakeup("not ours") is None and decode_wakeup("t:s:x") is None
+
+
+class Notifications:
+    """What the store announces: real NOTIFYs on PostgreSQL, local listeners on SQLite."""
+
+    def __init__(self, store: AgentSessionStore, tenant_id: str) -> None:
+        self.store = store
+        self.tenant_id = tenant_id
+        self.payloads: list[str] = []
+        self._conn: asyncpg.Connection | None = None
+
+    async def __aenter__(self) -> Notifications:
+        if self.store.is_postgres:
+            url = make_url(self.store.engine.url).set(drivername="postgresql")
+            self._conn = await asyncpg.connect(url.render_as_string(hide_password=False))
+            await self._conn.add_listener(CHANNEL, self._on_notify)
+        else:
+            self.store.announcer.listeners.append(self._on_local)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+        else:
+            self.store.announcer.listeners.remove(self._on_local)
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith(self.tenant_id + ":"):
+            self.payloads.append(payload)
+
+    def _on_local(self, wakeup: Wakeup) -> None:
+        if wakeup.tenant_id == self.tenant_id:
+            self.payloads.append(encode_wakeup(wakeup))
+
+    async def settle(self) -> list[str]:
+        await asyncio.sleep(0.2)  # NOTIFY is asynchronous; give it time to arrive
+        out, self.payloads = self.payloads, []
+        return out
+
+    async def queue_usage(self) -> float:
+        if self._conn is None:
+            return 0.0
+        return float(await self._conn.fetchval("SELECT pg_notification_queue_usage()"))
+
+
+def item_event(text: str) -> NewEvent:
+    item = {"type": "message", "role": "user", "content": text}
+    return NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": [item]})
+
+
+async def count_rows(store: AgentSessionStore, tenant_id: str, session_id: str) -> int:
+    ev = session_events.c
+    stmt = select(func.count()).where(ev.tenant_id == tenant_id, ev.session_id == session_id)
+    async with store.read() as conn:
+        return int((await conn.execute(stmt)).scalar_one())
+
+
+async def test_r11_one_notification_per_transaction_and_none_on_rollback(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    runtime = SessionRuntime(store)
+    t = tenant.tenant_id
+    async with Notifications(store, t) as notes:
+        created = await runtime.create(t, session_id="r11", metadata={}, agent={}, binding={})
+        assert await notes.settle() == [f"{t}:r11:{created.session.last_seq}"]
+
+        hundred = [item_event(str(i)) for i in range(100)]
+        result = await store.append_events(t, "r11", events=hundred)
+        assert result.session.last_seq == 101
+        assert await notes.settle() == [f"{t}:r11:101"]  # 100 events, one wake-up
+
+        # A transaction that fails after inserting its events: rolled back, announces nothing.
+        with pytest.raises(ValueError):
+            await store.append_events(
+                t,
+                "r11",
+                events=[item_event("doomed")],
+                expected_seq=101,
+                snapshot=("save", {"seq": 999}),
+            )
+        assert await notes.settle() == []
+        assert await count_rows(store, t, "r11") == 101
+
+        forked = await runtime.fork(t, "r11", at_seq=50, new_session_id="r11-child")
+        assert await notes.settle() == [f"{t}:r11-child:{forked.session.last_seq}"]
+        assert await notes.queue_usage() < 0.01
+
+
+async def test_polling_delivers_when_wakeups_are_lost(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    """With the bus deaf to commits (as when NOTIFY is lost), the poll still delivers."""
+    bus = InProcessBus(store, poll_seconds=0.2)
+    await bus.start()
+    store.announcer.listeners.remove(bus.wake)
+    try:
+        runtime = SessionRuntime(store)
+        created = await runtime.create(
+            tenant.tenant_id, session_id=None, metadata={}, agent={}, binding={}
+        )
+        sid = created.session.session_id
+        with bus.subscribe(tenant.tenant_id, sid, head=1) as sub:
+            await store.append_events(tenant.tenant_id, sid, events=[item_event("a")] * 3)
+            got: list[int] = []
+            async with asyncio.timeout(2):
+                while len(got) < 3:
+                    got += [i.event.seq for i in await sub.take() if isinstance(i, Delivery)]
+        assert got == [2, 3, 4]
+        assert bus.counters["polls"] >= 1 and bus.counters["wakeups"] == 0
+    finally:
+        await bus.stop()
+
+
+async def test_subscription_inbox_is_bounded() -> None:
+    overflows: list[int] = []
+    sub = Subscription(limit=3, on_overflow=lambda: overflows.append(1))
+    batch = [Ephemeral({"n": i}) for i in range(5)]
+    sub.push(batch)  # a whole batch is accepted into an inbox that is not full...
+    assert not sub.overflowed
+    sub.push(batch)  # ...but nothing more once `limit` items wait
+    assert sub.overflowed and overflows == [1]
+    assert await sub.take() == []  # the queue was dropped, not kept
+    sub.push(batch)
+    assert await sub.take(max_wait=0.01) == []  # ignored until reset
+    sub.reset()
+    sub.push(batch[:1])
+    assert await sub.take() == batch[:1] and not sub.overflowed
+    assert await sub.take(max_wait=0.05) == []  # nothing: returns after max_wait
+
+
+@pytest.fixture
+async def started_bus(store: AgentSessionStore) -> AsyncIterator[InProcessBus]:
+    bus = InProcessBus(store, poll_seconds=30)
+    await bus.start()
+    yield bus
+    await bus.stop()
+
+
+async def test_topics_and_tenant_subscriptions_are_released(
+    started_bus: InProcessBus, tenant: TenantKey
+) -> None:
+    bus = started_bus
+    with bus.subscribe(tenant.tenant_id, "a", head=0), bus.subscribe(tenant.tenant_id, "a", head=0):
+        with bus.subscribe_tenant(tenant.tenant_id) as woken:
+            bus.wake(Wakeup(tenant.tenant_id, "zzz", 3))
+            assert await woken.take(max_wait=1) == []  # a poke, no data
+            assert bus.stats()["topics"] == 1 and bus.stats()["subscriptions"] == 2
+    stats = bus.stats()
+    assert (stats["topics"], stats["subscriptions"], stats["tenant_subscriptions"]) == (0, 0, 0)
