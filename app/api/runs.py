@@ -108,8 +108,11 @@ async def respond(
             await run_view(runtime, run), status_code=202, headers={"Location": location}
         )
     if mode == "stream":
+        # Listen now, before anything awaits: the run's task has not run yet, so every event
+        # and delta after its start reaches the queue (the start events come from the table).
+        queue = runs.listen(run.run_id)
         return EventSourceResponse(
-            _stream(runs, runtime, tenant_id, run, include_deltas),
+            _stream(runs, runtime, tenant_id, run, include_deltas, queue),
             ping=10,
             send_timeout=30,
             # sse-starlette also sees the shutdown signal; without a grace period it would
@@ -148,14 +151,22 @@ async def _next_or_shutdown(
 
 
 async def _stream(
-    runs: RunManager, runtime: SessionRuntime, tenant_id: str, run: RunRecord, deltas: bool
+    runs: RunManager,
+    runtime: SessionRuntime,
+    tenant_id: str,
+    run: RunRecord,
+    deltas: bool,
+    queue: asyncio.Queue[tuple[str, Any]] | None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The run's events (id = seq) and delta frames (no id), until RUN_FINISHED."""
-    queue = runs.listen(run.run_id)
     sent = 0
     try:
-        # Events committed before we listened (the run's start) come from the table.
-        for event in await runtime.list_events(tenant_id, run.session_id, run_id=run.run_id):
+        # The events committed with the run's start (before we listened) come from the
+        # table; everything after them comes through the queue, in order with the deltas.
+        started = await runtime.list_events(tenant_id, run.session_id, run_id=run.run_id)
+        for event in started:
+            if run.last_seq is None or event.seq > run.last_seq:
+                break
             sent = event.seq
             yield ServerSentEvent(
                 id=str(event.seq), event=event.type, data=json.dumps(event.to_json())
