@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = key.add_parser("list", help="list a tenant's keys (prefix and name only)")
     listing.add_argument("--tenant", required=True)
     key.add_parser("revoke", help="revoke a key").add_argument("key", help="the key or its prefix")
+    rotate = key.add_parser("rotate", help="new key, old one revoked; prints it on the last line")
+    rotate.add_argument("--tenant", required=True)
+    rotate.add_argument("key", help="the old key or its prefix")
     return parser
 
 
@@ -74,6 +77,11 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "create":
         raw, record = _with_accounts(settings, lambda a: a.create_key(args.tenant, name=args.name))
         print(f"created key {record.prefix} ({record.name}) for tenant {args.tenant}; shown once:")
+        print(raw)
+        return 0
+    if args.action == "rotate":
+        raw, record = _with_accounts(settings, lambda a: a.rotate_key(args.tenant, args.key))
+        print(f"rotated: new key {record.prefix} for tenant {args.tenant}; the old one is revoked:")
         print(raw)
         return 0
     if args.action == "list":

@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import debug, events, ops, runs, sessions, streams
+from app.api import debug, events, memory, ops, runs, sessions, streams
 from app.api.limits import BodyLimitMiddleware
 from app.api.problems import install_problem_handlers
 from app.api.sse_response import StreamSlots
 from app.runtime.accounts import Accounts
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
+from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.stream_tokens import StreamTokens
@@ -45,12 +46,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings)
+        redactor = Redactor(settings.redact_patterns)
         store = AgentSessionStore(
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
             notify=settings.sse_notify,
+            max_event_bytes=settings.max_event_bytes,
+            redactor=redactor,
         )
         app.state.store = store
         bus = make_bus(settings, store)
@@ -64,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_inline_bytes=settings.max_inline_bytes,
                 max_metadata_bytes=settings.max_metadata_bytes,
                 snapshot_every=settings.snapshot_every,
+                max_sessions_per_tenant=settings.max_sessions_per_tenant,
             ),
             live=bus,
         )
@@ -83,6 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             tools=ToolRegistry(),
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
+            redactor=redactor,
+            max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
+            max_runs_per_minute=settings.max_runs_per_minute,
         )
         app.state.runs = runs
         if settings.bootstrap_default_tenant:
@@ -111,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(sessions.router)
+    app.include_router(memory.router)
     app.include_router(runs.router)
     app.include_router(runs.oneshot)
     app.include_router(events.router)

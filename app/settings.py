@@ -38,6 +38,20 @@ class Settings(BaseSettings):
         default=262_144, ge=0, description="Largest decoded inline base64 attachment in a message."
     )
     max_metadata_bytes: int = Field(default=16_384, ge=64)
+    max_event_bytes: int = Field(
+        default=1_048_576, ge=1024, description="Largest event payload or snapshot (413 beyond)."
+    )
+    redact_patterns: list[str] = Field(
+        default_factory=list,
+        description="Extra regexes (JSON list) whose matches are redacted before persistence.",
+    )
+    max_sessions_per_tenant: int = Field(default=100_000, ge=1)
+    max_live_runs_per_tenant: int = Field(
+        default=32, ge=1, description="Active or queued runs per tenant, on all replicas (429)."
+    )
+    max_runs_per_minute: int = Field(
+        default=600, ge=1, description="Runs a tenant may start per minute on one replica (429)."
+    )
     page_limit_max: int = Field(default=1000, ge=1)
     idempotency_ttl_seconds: int = Field(default=86_400, ge=86_400)
     idempotency_lock_seconds: int = Field(

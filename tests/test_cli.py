@@ -37,8 +37,12 @@ def test_tenant_and_key_commands(database_url: str) -> None:
     assert raw.startswith("asr_")
     listing = asr(database_url, "key", "list", "--tenant", name)
     assert raw.split("_")[1] in listing.stdout and raw not in listing.stdout
-    assert asr(database_url, "key", "revoke", raw).returncode == 0
-    assert asr(database_url, "key", "revoke", raw).returncode == 1
+    rotated = asr(database_url, "key", "rotate", "--tenant", name, raw)
+    assert rotated.returncode == 0, rotated.stderr
+    new = rotated.stdout.strip().splitlines()[-1]
+    assert new.startswith("asr_") and new != raw
+    assert asr(database_url, "key", "revoke", raw).returncode == 1  # rotation revoked it
+    assert asr(database_url, "key", "revoke", new).returncode == 0
     missing = asr(database_url, "key", "create", "--tenant", "no-such-tenant")
     assert missing.returncode == 1 and "not found" in missing.stderr
 

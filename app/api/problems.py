@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.runtime import errors as e
+from app.runtime.compaction import CompactionFailed
+from app.runtime.models.base import ModelError
 
 log = logging.getLogger("app.api")
 
@@ -27,11 +29,13 @@ MEDIA_TYPE = "application/problem+json"
 # Most specific first: the first class an error is an instance of decides.
 STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
     (e.Unauthorized, 401, "Unauthorized"),
+    (CompactionFailed, 502, "Compaction failed"),
+    (ModelError, 502, "Model call failed"),
     (e.NotFound, 404, "Not found"),
     (e.VersionConflict, 412, "Precondition failed"),
     (e.Conflict, 409, "Conflict"),
     (e.PayloadTooLarge, 413, "Payload too large"),
-    (e.TooManyStreams, 429, "Too many requests"),
+    (e.TooManyRequests, 429, "Too many requests"),
     (e.InvalidRequest, 422, "Invalid request"),
 ]
 
@@ -78,14 +82,6 @@ def _status_of(exc: e.AgentSessionError) -> tuple[int, str]:
     return 400, "Bad request"
 
 
-def _headers_of(exc: e.AgentSessionError, status: int) -> dict[str, str] | None:
-    if status == 401:
-        return {"WWW-Authenticate": "Bearer"}
-    if status == 429:
-        return {"Retry-After": str(exc.extra.get("retry_after", 1))}
-    return None
-
-
 def problem_body(exc: BaseException, instance: str | None) -> dict[str, Any]:
     """The problem document for `exc`, for places that cannot answer with a response (a
     stream that has already started sends it as its final frame)."""
@@ -111,7 +107,9 @@ def problem_body(exc: BaseException, instance: str | None) -> dict[str, Any]:
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, e.AgentSessionError)
     status, title = _status_of(exc)
-    headers = _headers_of(exc, status)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if "retry_after" in exc.extra:
+        headers = {"Retry-After": str(exc.extra["retry_after"])}
     return problem_response(
         request,
         status=status,
@@ -190,10 +188,15 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
+# Any route may answer these: malformed JSON or bad parameters, a missing key, a body over
+# the cap (only routes with a body get one, but documenting it everywhere is harmless).
+ALWAYS = (400, 401, 413, 422)
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries for the problem statuses a route can answer."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
+    for status in sorted({*statuses, *ALWAYS}):
         out[status] = {
             "model": Problem,
             "description": _DESCRIPTIONS.get(status, "Problem"),
@@ -210,5 +213,6 @@ _DESCRIPTIONS = {
     412: "If-Match does not name the current version",
     413: "Request body too large",
     422: "Invalid request",
-    429: "Too many open streams for this tenant; retry after Retry-After seconds",
+    429: "A per-tenant limit was reached; see Retry-After",
+    502: "The model or summarizer failed",
 }

@@ -36,7 +36,8 @@ oneshot = APIRouter(prefix="/v1", tags=["runs"])
 _STREAM_DOC = {
     200: {
         "description": "wait: the run's result; stream: Server-Sent Events of the run",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        # Each SSE frame carries one JSON object: an event (id = seq) or a delta frame.
+        "content": {"text/event-stream": {"schema": {"type": "object"}}},
     },
     202: {"description": "background: accepted; poll the Location", "model": RunRead},
 }
@@ -202,6 +203,8 @@ async def list_runs(session_id: str, tenant: TenantDep, runtime: RuntimeDep, run
 
 
 async def _owned_run(runs: RunManager, tenant_id: str, session_id: str, run_id: str) -> RunRecord:
+    # The session first: another tenant's session is "session not found" on every route.
+    await runs.runtime.get(tenant_id, session_id)
     run = await runs.store.get_run(tenant_id, run_id)
     if run is None or run.session_id != session_id:
         raise RunNotFound(run_id)

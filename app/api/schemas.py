@@ -15,7 +15,8 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `0` is not `false` and `"1"` is not `1` -- a schema-violating body is a 422.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SessionCreate(_Request):
@@ -31,7 +32,13 @@ class SessionCreate(_Request):
 
 
 class SessionPatch(_Request):
-    metadata: dict[str, Any] = Field(description="RFC 7386 merge patch; null deletes a key.")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="RFC 7386 merge patch; null deletes a key."
+    )
+    max_items: int | None = Field(
+        default=None, ge=1, le=100_000, description="Change the memory window (WINDOW_CHANGED)."
+    )
+    clear_window: bool = Field(default=False, description="Remove the memory window.")
 
 
 class ItemsAppend(_Request):
@@ -113,6 +120,7 @@ class SessionRead(SessionSummary):
     counts: Counts
     estimated_tokens: int
     has_summary: bool
+    truncated: bool
     max_items: int | None
     last_compact: dict[str, Any] | None
     breaker: dict[str, Any]
@@ -167,6 +175,12 @@ class HistoryItem(BaseModel):
 class MemoryView(BaseModel):
     session_id: str
     seq: int
+    truncated: bool = Field(
+        description="Items were evicted or compacted away (the ledger has them)."
+    )
+    covers_seq: list[int] = Field(
+        description="[first, last] seq whose items memory may still hold."
+    )
     items: list[dict[str, Any]]
     summary: str | None
     max_items: int | None
@@ -276,6 +290,35 @@ class UsageRead(BaseModel):
     session_id: str
     usage: dict[str, int]
     runs: list[dict[str, Any]]
+
+
+class CompactRequest(_Request):
+    strategy: Literal["truncate", "summarize", "tool_results"] | None = Field(
+        default=None, description="Default: the agent's compaction policy."
+    )
+    keep_last: int | None = Field(default=None, ge=1, le=10_000)
+    tool_output_max_chars: int | None = Field(default=None, ge=16)
+    reset_breaker: bool = Field(
+        default=False,
+        description="Close the auto-compaction breaker (alone, or before compacting).",
+    )
+
+
+class CompactRead(BaseModel):
+    session_id: str
+    seq: int
+    result: dict[str, Any] | None
+    breaker: dict[str, Any]
+    estimated_tokens: int
+    items: int
+
+
+class ContextRead(BaseModel):
+    session_id: str
+    seq: int
+    report: dict[str, Any]
+    items: list[dict[str, Any]]
+    summary: str | None
 
 
 class StreamTokenCreate(_Request):

@@ -142,13 +142,16 @@ async def get_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -
 @router.patch(
     "/{session_id}",
     response_model=SessionRead,
-    summary="Merge metadata (RFC 7386 merge patch)",
+    summary="Merge metadata (RFC 7386 merge patch) and/or change the memory window",
     responses=problem_responses(401, 404, 413, 422),
 )
 async def patch_session(
     session_id: str, body: SessionPatch, tenant: TenantDep, runtime: RuntimeDep
 ) -> dict:
-    await runtime.update_metadata(tenant.tenant_id, session_id, body.metadata)
+    if body.metadata is not None:
+        await runtime.update_metadata(tenant.tenant_id, session_id, body.metadata)
+    if body.max_items is not None or body.clear_window:
+        await runtime.change_window(tenant.tenant_id, session_id, body.max_items)
     return views.session_display(await runtime.load(tenant.tenant_id, session_id))
 
 
@@ -328,6 +331,8 @@ async def get_memory(
         "seq": loaded.state.seq,
         **views.memory_json(loaded.state),
         "max_items": loaded.state.max_items,
+        "truncated": loaded.state.truncated_through > 0,
+        "covers_seq": [loaded.state.truncated_through + 1, loaded.state.seq],
     }
     if full:
         history, next_after = await runtime.history(

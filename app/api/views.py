@@ -41,6 +41,7 @@ def session_display(loaded: Loaded) -> dict[str, Any]:
         },
         "estimated_tokens": state.estimated_tokens(),
         "has_summary": state.summary is not None,
+        "truncated": state.truncated_through > 0,
         "max_items": state.max_items,
         "last_compact": state.last_compact,
         "breaker": state.breaker,

@@ -71,6 +71,18 @@ class Accounts:
             raise KeyNotFound(f"no live key with prefix {prefix!r}")
         self._cache.clear()
 
+    async def rotate_key(self, tenant_name: str, old: str) -> tuple[str, ApiKeyRecord]:
+        """A new key for the tenant, and the old one (key or prefix) revoked."""
+        parsed = parse_key(old)
+        prefix = parsed[0] if parsed else old
+        record = await self._store.get_api_key(prefix)
+        tenant = await self._store.get_tenant_by_name(tenant_name)
+        if tenant is None or record is None or record.tenant_id != tenant.tenant_id:
+            raise KeyNotFound(f"tenant {tenant_name!r} has no key with prefix {prefix!r}")
+        raw, created = await self.create_key(tenant_name, name=record.name)
+        await self.revoke_key(prefix)
+        return raw, created
+
     async def bootstrap(self) -> str | None:
         """On an empty database, create tenant `default` and return a key for it."""
         if await self._store.count_tenants() > 0:

@@ -10,9 +10,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.runtime.compaction import CompactionPolicy
+
 
 class AgentSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     provider: Literal["scripted", "openai"] = Field(
         default="scripted", description="Model client: offline scripted, or OpenAI-compatible."
@@ -38,5 +40,6 @@ class AgentSpec(BaseModel):
     max_tool_calls: int = Field(default=20, ge=0, le=1000)
     max_wall_seconds: float = Field(default=600.0, gt=0, le=86_400)
     max_tokens: int | None = Field(default=None, ge=1)
+    compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
     max_input_tokens: int | None = Field(default=None, ge=64)
     reserved_output_tokens: int = Field(default=1024, ge=0)

@@ -22,8 +22,9 @@ knows about HTTP.
     │   ├── InvalidCursor            (a malformed stream cursor)
     │   │   └── CursorOutOfRange     (beyond the session's last seq)
     │   └── PayloadTooLarge
+    ├── TooManyRequests          (429, with Retry-After)
+    │   └── TooManyStreams       (the tenant's cap on open streams on one server)
     ├── Unauthorized
-    ├── TooManyStreams               (the tenant's cap on open streams; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
 """
 
@@ -181,6 +182,17 @@ class PayloadTooLarge(AgentSessionError):
     code = "payload_too_large"
 
 
+class TooManyRequests(AgentSessionError):
+    """A per-tenant cap was hit; `retry_after` (seconds) becomes the Retry-After header."""
+
+    code = "rate_limited"
+
+    def __init__(self, detail: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(detail, retry_after=retry_after)
+        if code is not None:
+            self.code = code
+
+
 class Unauthorized(AgentSessionError):
     code = "unauthorized"
 
@@ -206,7 +218,7 @@ class CursorOutOfRange(InvalidCursor):
         )
 
 
-class TooManyStreams(AgentSessionError):
+class TooManyStreams(TooManyRequests):
     code = "too_many_streams"
 
     def __init__(self, limit: int) -> None:

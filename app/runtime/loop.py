@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app.runtime.compaction import CompactionPolicy, Summarizer, plan_auto_compaction
+from app.runtime.context import project
 from app.runtime.errors import AgentSessionError
 from app.runtime.events import EventType, NewEvent
 from app.runtime.memory import estimate_tokens
@@ -58,6 +60,9 @@ class RunOptions:
     max_wall_seconds: float
     max_tokens: int | None
     on_tool_error: str  # "stop" | "feed_back"
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    summarizer: Summarizer | None = None
+    context_budget: int | None = None  # max input tokens minus reserved output tokens
 
     def tool_specs(self) -> list[ToolSpec]:
         return [t.spec for t in self.server_tools] + list(self.client_tools)
@@ -122,33 +127,36 @@ class LoopController:
                 return budget
             self.turns += 1
             turn_id = f"{self.run_id}.t{self.turns}"
-            state = await self.load()
+            state = await self._compacted_state(turn_id)
+            items, report = project(state.items, state.summary, self.opts.context_budget)
             request = ModelRequest(
                 model=self.opts.model or "",
                 instructions=self._instructions(state),
-                items=state.items,
+                items=items,
                 tools=self.opts.tool_specs(),
                 continuation=continuation,
                 continuation_count=self.followups,
             )
-            await self.write(
-                [
-                    NewEvent(EventType.STEP_START, {"turn": self.turns}, self.run_id, turn_id),
-                    NewEvent(
-                        EventType.MODEL_REQUEST,
-                        {
-                            "model": request.model,
-                            "items": len(request.items),
-                            "estimated_tokens": estimate_tokens(request.items, state.summary),
-                            "tools": [t.name for t in request.tools],
-                            "continuation": continuation is not None,
-                        },
-                        self.run_id,
-                        turn_id,
-                    ),
-                ],
-                self._progress(),
-            )
+            opening = [
+                NewEvent(EventType.STEP_START, {"turn": self.turns}, self.run_id, turn_id),
+                NewEvent(
+                    EventType.MODEL_REQUEST,
+                    {
+                        "model": request.model,
+                        "items": len(request.items),
+                        "estimated_tokens": report["tokens_after"],
+                        "budget": self.opts.context_budget,
+                        "tools": [t.name for t in request.tools],
+                        "continuation": continuation is not None,
+                    },
+                    self.run_id,
+                    turn_id,
+                ),
+            ]
+            if report["items_dropped"]:
+                # The prompt was shaped; memory was not: a projection report, not a compaction.
+                opening.append(NewEvent(EventType.MEMORY_COMPRESS, report, self.run_id, turn_id))
+            await self.write(opening, self._progress())
             try:
                 response = await self.model.complete(request, self._delta(turn_id))
             except AgentSessionError as exc:
@@ -175,6 +183,19 @@ class LoopController:
                     ],
                     self._progress(),
                 )
+
+    async def _compacted_state(self, turn_id: str) -> SessionState:
+        """Memory before a turn, after automatic compaction if the policy calls for it."""
+        state = await self.load()
+        if self.opts.summarizer is None:
+            return state
+        events = await plan_auto_compaction(state, self.opts.compaction, self.opts.summarizer)
+        if not events:
+            return state
+        await self.write(
+            [NewEvent(e.type, e.payload, self.run_id, turn_id) for e in events], self._progress()
+        )
+        return await self.load()
 
     def _instructions(self, state: SessionState) -> str | None:
         parts = [p for p in (self.opts.instructions, state.summary) if p]

@@ -17,7 +17,7 @@ from app.runtime.errors import InvalidItems
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TextPart(_Strict):

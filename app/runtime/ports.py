@@ -192,6 +192,8 @@ class SessionStore(Protocol):
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool: ...
 
+    async def count_sessions(self, tenant_id: str) -> int: ...
+
     async def append_events(
         self,
         tenant_id: str,

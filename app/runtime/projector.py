@@ -67,8 +67,15 @@ def _replace_tool_output(state: SessionState, payload: dict[str, Any]) -> None:
 
 def _compress(state: SessionState, payload: dict[str, Any]) -> None:
     # A projection report shaped one prompt and left memory alone; only a compact result
-    # (kind "compact") rewrites memory.
-    if payload.get("kind") != "compact":
+    # (kind "compact") rewrites memory. Failures and resets move the circuit breaker.
+    kind = payload.get("kind")
+    if kind == "compact_failed":
+        state.breaker = dict(payload.get("breaker") or state.breaker)
+        return
+    if kind == "breaker_reset":
+        state.breaker = {"consecutive_failures": 0, "open": False}
+        return
+    if kind != "compact":
         return
     memory = payload.get("memory") or {}
     state.items = list(memory.get("items") or [])
@@ -123,19 +130,28 @@ _WINDOWED = frozenset(
 )
 
 
+def cut_points(items: list[dict[str, Any]]) -> list[int]:
+    """Where memory may be cut so that the kept suffix is whole.
+
+    Starts of interactions (user messages). Memory with no user message at all may be cut
+    before any item that is not a tool output, so a call is never parted from its output.
+    """
+    cuts = [i for i, item in enumerate(items) if i > 0 and _is_user_message(item)]
+    if not cuts and not any(_is_user_message(i) for i in items):
+        cuts = [i for i, item in enumerate(items) if i > 0 and not _is_output(item)]
+    return cuts
+
+
 def evict_to_window(items: list[dict[str, Any]], max_items: int | None) -> list[dict[str, Any]]:
     """FIFO eviction of whole interactions until at most `max_items` remain.
 
     An interaction is a user message and everything up to the next user message, so no
-    assistant reply or tool output outlives the input that caused it. Memory with no user
-    message at all is cut item by item, but never between a tool call and its output. The
-    newest interaction is never split: a window smaller than it keeps that interaction whole.
+    assistant reply or tool output outlives the input that caused it. The newest interaction
+    is never split: a window smaller than it keeps that interaction whole.
     """
     if max_items is None or len(items) <= max_items:
         return items
-    cuts = [i for i, item in enumerate(items) if i > 0 and _is_user_message(item)]
-    if not cuts and not any(_is_user_message(i) for i in items):
-        cuts = [i for i, item in enumerate(items) if i > 0 and not _is_output(item)]
+    cuts = cut_points(items)
     for cut in cuts:
         if len(items) - cut <= max_items:
             return items[cut:]
@@ -158,7 +174,13 @@ def apply_event(state: SessionState, event: Event) -> None:
     if handler is not None:
         handler(state, event.payload)
         if event.type in _WINDOWED and state.max_items is not None:
+            before = len(state.items)
             state.items = evict_to_window(state.items, state.max_items)
+            if len(state.items) < before:
+                state.truncated_through = event.seq
+        elif event.type == EventType.MEMORY_COMPRESS and event.payload.get("kind") == "compact":
+            if (event.payload.get("result") or {}).get("items_removed"):
+                state.truncated_through = event.seq
     state.seq = event.seq
 
 

@@ -10,10 +10,12 @@ dead run is answered "interrupted", never executed again (at most once).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -21,6 +23,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from app.runtime.agent import AgentSpec
+from app.runtime.compact import auto_compact
+from app.runtime.compaction import ModelSummarizer, ScriptedSummarizer, Summarizer
+from app.runtime.context import budget_of
 from app.runtime.errors import (
     AgentSessionError,
     NothingPending,
@@ -28,11 +33,13 @@ from app.runtime.errors import (
     RunFenced,
     RunNotFound,
     ToolCallsPending,
+    TooManyRequests,
 )
 from app.runtime.events import EventType, NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.models.base import ModelClient, ToolSpec
 from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.runtime.redaction import Redactor
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
 from app.runtime.tools import ToolRegistry
@@ -57,6 +64,7 @@ class RunStorePort(Protocol):
         self, tenant_id: str, run_id: str, **kw: Any
     ) -> AppendResult | None: ...
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None: ...
+    async def count_live_runs(self, tenant_id: str) -> int: ...
     async def list_runs(
         self, tenant_id: str, session_id: str, *, limit: int = 100
     ) -> list[RunRecord]: ...
@@ -102,7 +110,14 @@ class RunManager:
         lease_seconds: float = 30.0,
         sweep_seconds: float = 5.0,
         queue_poll_seconds: float = 0.1,
+        redactor: Redactor | None = None,
+        max_live_runs_per_tenant: int = 32,
+        max_runs_per_minute: int = 600,
     ) -> None:
+        self.redactor = redactor or Redactor()
+        self.max_live_runs = max_live_runs_per_tenant
+        self.max_runs_per_minute = max_runs_per_minute
+        self._recent: dict[str, collections.deque[float]] = {}
         self.runtime = runtime
         self.store = store
         self.models = models
@@ -131,6 +146,7 @@ class RunManager:
             SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending.
         """
         loaded = await self.runtime.load(tenant_id, session_id)
+        await self._check_tenant_limits(tenant_id)
         options = self.resolve_options(loaded.session.agent, request)
         if request.input is not None:
             waiting = [
@@ -163,6 +179,25 @@ class RunManager:
             name=f"run:{run_id}",
         )
         return record
+
+    async def _check_tenant_limits(self, tenant_id: str) -> None:
+        """Runs per minute (this replica's window) and live runs (all replicas) per tenant."""
+        now = time.monotonic()
+        recent = self._recent.setdefault(tenant_id, collections.deque())
+        while recent and recent[0] < now - 60:
+            recent.popleft()
+        if len(recent) >= self.max_runs_per_minute:
+            wait = int(recent[0] + 60 - now) + 1
+            raise TooManyRequests(
+                f"at most {self.max_runs_per_minute} runs a minute", retry_after=wait
+            )
+        if await self.store.count_live_runs(tenant_id) >= self.max_live_runs:
+            raise TooManyRequests(
+                f"at most {self.max_live_runs} active or queued runs per tenant",
+                retry_after=1,
+                code="too_many_runs",
+            )
+        recent.append(now)
 
     def _start_events(
         self, run_id: str, request: RunRequest, options: RunOptions
@@ -218,7 +253,16 @@ class RunManager:
             max_wall_seconds=limits.get("max_wall_seconds") or spec.max_wall_seconds,
             max_tokens=limits.get("max_tokens") or spec.max_tokens,
             on_tool_error=request.on_tool_error or spec.on_tool_error,
+            compaction=spec.compaction,
+            summarizer=self.summarizer_for(agent),
+            context_budget=budget_of(spec.max_input_tokens, spec.reserved_output_tokens),
         )
+
+    def summarizer_for(self, agent: dict[str, Any]) -> Summarizer:
+        spec = AgentSpec.model_validate(agent or {})
+        if spec.provider == "scripted":
+            return ScriptedSummarizer()
+        return ModelSummarizer(self.models[spec.provider], spec.model)
 
     def model_for(self, agent: dict[str, Any]) -> ModelClient:
         provider = AgentSpec.model_validate(agent or {}).provider
@@ -253,6 +297,9 @@ class RunManager:
             )
             outcome = await controller.run()
             await self._finish(run, live, outcome, controller)
+            await auto_compact(
+                self.runtime, run.tenant_id, run.session_id, self.summarizer_for(session.agent)
+            )
         except RunFenced:
             pass  # taken over: whoever fenced the run writes its end
         except Exception as exc:  # a bug or an unexpected failure: the run fails, visibly
@@ -316,6 +363,9 @@ class RunManager:
         return (await self.runtime.load(run.tenant_id, run.session_id)).state
 
     def _publish(self, run: RunRecord, live: _Live, frame: dict[str, Any]) -> None:
+        # Deltas are never stored, but they reach people: they pass the same redaction.
+        # (A secret split across two deltas is not caught here; the stored answer is.)
+        frame = self.redactor.value(frame)
         self.runtime.live.publish_ephemeral(run.tenant_id, run.session_id, frame)
         for queue in live.listeners:
             queue.put_nowait(("delta", frame))

@@ -20,6 +20,7 @@ from app.runtime.errors import (
     InvalidItems,
     SeqConflict,
     SessionNotFound,
+    TooManyRequests,
     VersionConflict,
 )
 from app.runtime.events import Event, EventType, NewEvent
@@ -49,6 +50,7 @@ class Limits:
     max_inline_bytes: int = 262_144
     max_metadata_bytes: int = 16_384
     snapshot_every: int = 200
+    max_sessions_per_tenant: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,12 @@ class SessionRuntime:
         max_items: int | None = None,
     ) -> Loaded:
         check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
+        if await self.store.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
+            raise TooManyRequests(
+                f"a tenant may hold at most {self.limits.max_sessions_per_tenant} sessions",
+                retry_after=60,
+                code="too_many_sessions",
+            )
         new = NewSession(
             session_id=session_id or str(uuid.uuid4()),
             metadata=metadata,
@@ -228,6 +236,16 @@ class SessionRuntime:
             metadata_patch=patch,
         )
         return result.session
+
+    async def change_window(
+        self, tenant_id: str, session_id: str, max_items: int | None
+    ) -> AppendResult:
+        """Set (or, with None, remove) the memory window: WINDOW_CHANGED."""
+        return await self.store.append_events(
+            tenant_id,
+            session_id,
+            events=[NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items})],
+        )
 
     async def append_items(
         self,
@@ -346,7 +364,7 @@ class SessionRuntime:
             events=[forked],
             snapshot_state=child_state.to_json(),
         )
-        return self._after_write(result, child_state)
+        return self._after_write(result, fold(base, result.events))
 
     # -------------------------------------------------------------- idempotency
 
@@ -406,7 +424,7 @@ class SessionRuntime:
                 if if_match is not None:
                     raise
                 continue
-            return self._after_write(result, after)
+            return self._after_write(result, fold(loaded.state, result.events))
         raise SeqConflict(-1, -1)
 
     def _after_write(self, result: AppendResult, state: SessionState) -> Loaded:

@@ -39,6 +39,8 @@ class SessionState:
     # Tool calls waiting for an output: call_id -> {name, arguments, kind, run_id, decision}.
     # kind is "server", "client" (the caller answers) or "approval" (needs a decision).
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The seq of the last event that evicted or compacted items away (0: memory is whole).
+    truncated_through: int = 0
 
     def memory_json(self) -> dict[str, Any]:
         """Memory alone: what "projection equals live memory" compares."""
@@ -54,6 +56,7 @@ class SessionState:
             "last_compact": self.last_compact,
             "breaker": self.breaker,
             "pending": self.pending,
+            "truncated_through": self.truncated_through,
         }
 
     @classmethod
@@ -68,6 +71,7 @@ class SessionState:
             last_compact=data.get("last_compact"),
             breaker={**_closed_breaker(), **(data.get("breaker") or {})},
             pending={k: dict(v) for k, v in (data.get("pending") or {}).items()},
+            truncated_through=int(data.get("truncated_through", 0)),
         )
 
     def copy(self) -> SessionState:
@@ -86,6 +90,7 @@ class SessionState:
             last_compact=self.last_compact,
             breaker=dict(self.breaker),
             pending={k: dict(v) for k, v in self.pending.items()},
+            truncated_through=self.truncated_through,
         )
 
     def estimated_tokens(self) -> int:

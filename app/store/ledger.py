@@ -9,6 +9,7 @@ duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from datetime import datetime
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import (
     InvalidForkPoint,
+    PayloadTooLarge,
     SeqConflict,
     SessionAlreadyExists,
     SessionNotFound,
@@ -44,6 +46,7 @@ from app.runtime.ports import (
     TenantCursor,
     TenantPage,
 )
+from app.runtime.redaction import Redactor
 from app.runtime.state import state_hash
 from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
@@ -55,6 +58,18 @@ class LedgerStore(StoreBase):
     """Tenant-scoped reads and writes of sessions, events and snapshots."""
 
     max_metadata_bytes: int = 16_384
+    max_event_bytes: int = 1_048_576
+    redactor: Redactor = Redactor()
+
+    def _persistable(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The funnel every event payload and snapshot state passes through before a write:
+        secrets are redacted, and an oversized payload is refused (the transaction rolls
+        back, nothing is written)."""
+        clean = self.redactor.value(payload)
+        size = len(json.dumps(clean, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > self.max_event_bytes:
+            raise PayloadTooLarge(f"an event of {size} bytes exceeds {self.max_event_bytes} bytes")
+        return clean
 
     # ----------------------------------------------------------------- sessions
 
@@ -151,6 +166,13 @@ class LedgerStore(StoreBase):
         async with self.read() as conn:
             rows = (await conn.execute(stmt.limit(limit))).all()
         return [session_from_row(r) for r in rows]
+
+    async def count_sessions(self, tenant_id: str) -> int:
+        async with self.read() as conn:
+            stmt = (
+                select(func.count()).select_from(sessions).where(sessions.c.tenant_id == tenant_id)
+            )
+            return int((await conn.execute(stmt)).scalar_one())
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Erase the session, its events and its snapshots. False if there was none."""
@@ -286,7 +308,7 @@ class LedgerStore(StoreBase):
                 "type": str(e.type),
                 "run_id": e.run_id,
                 "turn_id": e.turn_id,
-                "payload": e.payload,
+                "payload": self._persistable(e.payload),
                 "created_at": now,
             }
             for i, e in enumerate(events)
@@ -531,6 +553,7 @@ class LedgerStore(StoreBase):
     ) -> None:
         if state.get("seq") != session.last_seq:
             raise ValueError("a snapshot must be the fold at the session's last seq")
+        state = self.redactor.value(state)
         await conn.execute(
             session_snapshots.insert().values(
                 tenant_id=session.tenant_id,
@@ -553,6 +576,7 @@ class LedgerStore(StoreBase):
         """
         if state.get("seq") != seq:
             raise ValueError("snapshot state seq differs from its row seq")
+        state = self.redactor.value(state)
         async with self.write() as conn:
             exists = (
                 await conn.execute(

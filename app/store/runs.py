@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound
@@ -82,8 +82,8 @@ class RunStore(LedgerStore):
             "run_id": run_id or f"run_{uuid.uuid4().hex}",
             "session_id": session_id,
             "status": "queued",
-            "input": input,
-            "options": options,
+            "input": self.redactor.value(input),
+            "options": self.redactor.value(options),
             "usage": {},
             "turns": 0,
             "epoch": 1,
@@ -262,8 +262,8 @@ class RunStore(LedgerStore):
                 run_values.update(
                     status=finish.status,
                     stop_reason=finish.stop_reason,
-                    output=finish.output,
-                    error=finish.error,
+                    output=self.redactor.value(finish.output),
+                    error=self.redactor.value(finish.error),
                     finished_at=now,
                     lease_expires_at=None,
                 )
@@ -392,6 +392,15 @@ class RunStore(LedgerStore):
             )
         ).first()
         return run_from_row(row) if row is not None else None
+
+    async def count_live_runs(self, tenant_id: str) -> int:
+        async with self.read() as conn:
+            stmt = (
+                select(func.count())
+                .select_from(runs)
+                .where(runs.c.tenant_id == tenant_id, runs.c.status.in_(LIVE))
+            )
+            return int((await conn.execute(stmt)).scalar_one())
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         async with self.read() as conn:

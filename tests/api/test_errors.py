@@ -138,3 +138,18 @@ async def test_oversized_bodies_are_413_with_and_without_content_length(
 async def test_metadata_over_its_limit_is_413(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/sessions", json={"metadata": {"x": "a" * 20_000}})
     assert_problem(response, 413, "payload_too_large")
+
+
+async def test_r18_raw_keys_never_stored(store: AgentSessionStore, tenant: TenantKey) -> None:
+    from sqlalchemy import text
+
+    from app.store.tables import metadata
+
+    secret = tenant.key.split("_", 2)[2]
+    dump = []
+    async with store.read() as conn:
+        for table in metadata.sorted_tables:
+            dump.append(repr((await conn.execute(text(f"SELECT * FROM {table.name}"))).all()))
+    blob = "\n".join(dump)
+    assert tenant.key not in blob and secret not in blob
+    assert tenant.key.split("_")[1] in blob  # the public prefix is what is stored

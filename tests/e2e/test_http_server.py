@@ -116,6 +116,8 @@ VALID_BODIES = {
     "/items": {"items": [USER]},
     "/restore": {"state": {"memory": {"items": [], "summary": None}}},
     "": {"metadata": {"k": "v"}},  # PATCH
+    "/tool-outputs": {"outputs": [{"call_id": "c", "output": "x"}]},
+    "/approvals": {"call_id": "c", "decision": "approve"},
 }
 
 

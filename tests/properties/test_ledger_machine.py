@@ -1,7 +1,8 @@
 """R1: a Hypothesis state machine drives the runtime and store on a real database.
 
 Rules: create, append (with and without expected_seq), stale append, save, fork at a random
-seq, restore, resume. The model is a plain dict of item lists. After every step:
+seq, restore, resume, delete, runs of the scripted model, compactions (every strategy) and
+window changes. The model is a plain dict of item lists. After every step:
 seqs are 1..N per session; the projection (fold of the whole ledger) equals live memory and
 the model; every snapshot equals the fold of the ledger up to its seq; a fork at k equals the
 parent's fold at k.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -29,10 +31,15 @@ from hypothesis.stateful import (
 )
 
 from app.runtime.accounts import Accounts
+from app.runtime.compact import compact_session
+from app.runtime.compaction import ScriptedSummarizer
 from app.runtime.errors import SeqConflict
-from app.runtime.projector import fold
+from app.runtime.models.scripted import ScriptedModel
+from app.runtime.projector import evict_to_window, fold
+from app.runtime.runs import RunManager, RunRequest
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
+from app.runtime.tools import ToolRegistry
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.store import AgentSessionStore
@@ -58,27 +65,31 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             self.engine = make_engine(Settings(database_url=database_url))
             self.store = AgentSessionStore(self.engine)
             self.runtime = SessionRuntime(self.store)
+            self.runs = RunManager(
+                self.runtime, self.store, models={"scripted": ScriptedModel()}, tools=ToolRegistry()
+            )
             self.model: dict[str, list[dict[str, Any]]] = {}
+            self.windows: dict[str, int | None] = {}
             self.tenant = ""
             self.counter = 0
 
-        def run(self, coro: Any) -> Any:
+        def run_sync(self, coro: Any) -> Any:
             return self.loop.run_until_complete(coro)
 
         def teardown(self) -> None:
-            self.run(self.engine.dispose())
+            self.run_sync(self.engine.dispose())
             self.loop.close()
 
         @initialize()
         def make_tenant(self) -> None:
-            name = f"r1-{os.getpid()}-{id(self)}-{self.counter}"
-            self.tenant = self.run(Accounts(self.store).create_tenant(name)).tenant_id
+            name = f"r1-{uuid.uuid4().hex}"
+            self.tenant = self.run_sync(Accounts(self.store).create_tenant(name)).tenant_id
 
         @rule(target=sessions)
         def create(self) -> str:
             self.counter += 1
             sid = f"s{self.counter}"
-            self.run(
+            self.run_sync(
                 self.runtime.create(self.tenant, session_id=sid, metadata={}, agent={}, binding={})
             )
             self.model[sid] = []
@@ -88,15 +99,15 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         def append(self, sid: str, items: list[dict[str, Any]], guarded: bool) -> None:
             expected = None
             if guarded:
-                expected = self.run(self.runtime.get(self.tenant, sid)).last_seq
-            self.run(self.runtime.append_items(self.tenant, sid, items, expected_seq=expected))
-            self.model[sid].extend(items)
+                expected = self.run_sync(self.runtime.get(self.tenant, sid)).last_seq
+            self.run_sync(self.runtime.append_items(self.tenant, sid, items, expected_seq=expected))
+            self.model[sid] = evict_to_window(self.model[sid] + items, self.windows.get(sid))
 
         @rule(sid=sessions)
         def append_stale(self, sid: str) -> None:
-            head = self.run(self.runtime.get(self.tenant, sid)).last_seq
+            head = self.run_sync(self.runtime.get(self.tenant, sid)).last_seq
             with pytest.raises(SeqConflict):
-                self.run(
+                self.run_sync(
                     self.runtime.append_items(
                         self.tenant,
                         sid,
@@ -107,57 +118,106 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
 
         @rule(sid=sessions)
         def save(self, sid: str) -> None:
-            self.run(self.runtime.save(self.tenant, sid))
+            self.run_sync(self.runtime.save(self.tenant, sid))
 
         @rule(sid=sessions)
         def resume(self, sid: str) -> None:
-            loaded = self.run(self.runtime.resume(self.tenant, sid))
+            loaded = self.run_sync(self.runtime.resume(self.tenant, sid))
             assert loaded.state.items == self.model[sid]
 
         @rule(target=sessions, sid=sessions, data=st.data())
         def fork(self, sid: str, data: st.DataObject) -> str:
-            head = self.run(self.runtime.get(self.tenant, sid)).last_seq
+            head = self.run_sync(self.runtime.get(self.tenant, sid)).last_seq
             at = data.draw(st.integers(1, head))
-            expected = self.run(self.runtime.state_at(self.tenant, sid, at))
+            expected = self.run_sync(self.runtime.state_at(self.tenant, sid, at))
             self.counter += 1
             child = f"s{self.counter}"
-            loaded = self.run(self.runtime.fork(self.tenant, sid, at_seq=at, new_session_id=child))
+            loaded = self.run_sync(
+                self.runtime.fork(self.tenant, sid, at_seq=at, new_session_id=child)
+            )
             assert loaded.state.memory_json() == expected.memory_json()
             # Independent check of "fork at k equals the parent's fold at k": fold from seq 1.
-            parent_events = self.run(self.store.list_events(self.tenant, sid, until_seq=at))
+            parent_events = self.run_sync(self.store.list_events(self.tenant, sid, until_seq=at))
             assert fold(None, parent_events).items == loaded.state.items
             self.model[child] = list(loaded.state.items)
+            self.windows[child] = expected.max_items
             return child
 
         @rule(sid=sessions, keep=st.integers(0, 3), extra=st.lists(message, max_size=2))
         def restore(self, sid: str, keep: int, extra: list[dict[str, Any]]) -> None:
             baseline = self.model[sid][:keep] + extra
             recovery = {"memory": {"items": baseline, "summary": None}}
-            self.run(self.runtime.restore(self.tenant, sid, recovery))
+            self.run_sync(self.runtime.restore(self.tenant, sid, recovery))
             self.model[sid] = list(baseline)
+            self.windows.pop(sid, None)  # the recovery object carries no window
 
         @precondition(lambda self: len(self.model) > 1)
         @rule(sid=consumes(sessions))
         def delete(self, sid: str) -> None:
-            self.run(self.runtime.delete(self.tenant, sid))
+            self.run_sync(self.runtime.delete(self.tenant, sid))
             del self.model[sid]
+
+        @rule(
+            sid=sessions,
+            text=st.sampled_from(["hi", '[tool:echo {"text": "t"}]', "[ask]", "[continue:1]"]),
+        )
+        def run_agent(self, sid: str, text: str) -> None:
+            if self.run_blocked(sid):
+                return
+            started = self.run_sync(self.runs.start(self.tenant, sid, RunRequest(input=text)))
+            self.run_sync(self.runs.wait(self.tenant, started.run_id, within_seconds=30))
+            self.resync(sid)
+
+        @rule(
+            sid=sessions,
+            strategy=st.sampled_from(["truncate", "summarize", "tool_results"]),
+            keep=st.integers(1, 4),
+        )
+        def compact(self, sid: str, strategy: str, keep: int) -> None:
+            self.run_sync(
+                compact_session(
+                    self.runtime,
+                    self.tenant,
+                    sid,
+                    ScriptedSummarizer(),
+                    strategy=strategy,
+                    overrides={"keep_last": keep, "tool_output_max_chars": 16},
+                )
+            )
+            self.resync(sid)
+
+        @rule(sid=sessions, window=st.one_of(st.none(), st.integers(1, 5)))
+        def window(self, sid: str, window: int | None) -> None:
+            self.run_sync(self.runtime.change_window(self.tenant, sid, window))
+            self.windows[sid] = window
+            self.model[sid] = evict_to_window(self.model[sid], window)
+
+        def run_blocked(self, sid: str) -> bool:
+            state = self.run_sync(self.runtime.load(self.tenant, sid)).state
+            return any(c.get("decision") is None for c in state.pending.values())
+
+        def resync(self, sid: str) -> None:
+            """Runs, compactions and windows are checked by the invariants (fold == live,
+            snapshot == fold), not re-predicted here; the model follows live memory."""
+            self.model[sid] = list(self.run_sync(self.runtime.load(self.tenant, sid)).state.items)
 
         @invariant()
         def ledger_is_consistent(self) -> None:
             for sid, items in self.model.items():
-                events = self.run(self.store.list_events(self.tenant, sid))
+                events = self.run_sync(self.store.list_events(self.tenant, sid))
                 assert [e.seq for e in events] == list(range(1, len(events) + 1))
                 full = fold(None, events)
-                live = self.run(self.runtime.load(self.tenant, sid)).state
+                live = self.run_sync(self.runtime.load(self.tenant, sid)).state
                 assert full.memory_json() == live.memory_json()
                 assert full.items == items
-                for snap in self.run(self.store.list_snapshots(self.tenant, sid)):
+                for snap in self.run_sync(self.store.list_snapshots(self.tenant, sid)):
                     upto = fold(None, [e for e in events if e.seq <= snap.seq])
                     assert SessionState.from_json(snap.state) == upto
 
     return LedgerMachine
 
 
+@pytest.mark.timeout(1500)
 def test_r1_ledger_state_machine(database_url: str) -> None:
     machine = make_machine(database_url)
     machine.TestCase.settings = settings(

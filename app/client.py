@@ -1,0 +1,462 @@
+"""Python clients for the service: `AsyncSessionClient` and `SessionClient` (sync), on httpx.
+
+Every route is one call, typed with the service's own pydantic models; a problem+json answer
+raises a typed `ApiError` subclass; SSE timelines are iterators that resume from the last
+event id on their own after a dropped connection, an `overflow` or a `shutdown` frame.
+
+    async with AsyncSessionClient("http://127.0.0.1:8000", api_key=KEY) as asr:
+        session = await asr.create_session(metadata={"user": "alice"})
+        result = await asr.run(session.session_id, "hello")
+        async for frame in asr.stream_events(session.session_id, after_seq=0):
+            print(frame.event, frame.data)
+
+Every method is written once: it describes its request and how to read the answer, and
+`_call` performs it -- awaitable in the async client, direct in the sync one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+from httpx_sse import aconnect_sse, connect_sse
+from pydantic import BaseModel
+
+from app.api.schemas import (
+    AppendRead,
+    CompactRead,
+    ContextRead,
+    EventList,
+    MemoryView,
+    ProjectionRead,
+    RunList,
+    RunRead,
+    SaveRead,
+    SessionList,
+    SessionRead,
+    StateRead,
+    UsageRead,
+)
+
+M = TypeVar("M", bound=BaseModel)
+RECONNECT_LIMIT = 20
+
+
+class ApiError(Exception):
+    """A problem+json answer: `status`, stable `code`, and the whole `problem` body."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        self.code = str(problem.get("code", f"http_{status}"))
+        super().__init__(f"{status} {self.code}: {problem.get('detail') or problem.get('title')}")
+
+
+class AuthenticationError(ApiError): ...
+
+
+class NotFoundError(ApiError): ...
+
+
+class ConflictError(ApiError): ...
+
+
+class PreconditionFailedError(ApiError): ...
+
+
+class ValidationError(ApiError): ...
+
+
+class PayloadTooLargeError(ApiError): ...
+
+
+class RateLimitedError(ApiError):
+    @property
+    def retry_after(self) -> int:
+        return int(self.problem.get("retry_after", 1))
+
+
+class ServerError(ApiError): ...
+
+
+_ERRORS: dict[int, type[ApiError]] = {
+    401: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+    412: PreconditionFailedError,
+    413: PayloadTooLargeError,
+    422: ValidationError,
+    429: RateLimitedError,
+}
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {"title": response.text[:200]}
+    cls = _ERRORS.get(
+        response.status_code, ServerError if response.status_code >= 500 else ApiError
+    )
+    raise cls(response.status_code, problem)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One SSE frame: an event (`id` set, `data` the event JSON) or a control/delta frame."""
+
+    event: str
+    data: dict[str, Any]
+    id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Req:
+    method: str
+    path: str
+    model: type[BaseModel] | None = None
+    json: Any = None
+    params: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+
+
+def _clean(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _parse(req: _Req, response: httpx.Response) -> Any:
+    raise_for_problem(response)
+    if response.status_code == 204 or req.model is None:
+        return response.json() if response.content else None
+    return req.model.model_validate(response.json())
+
+
+class _Routes:
+    """Each route once, as a request description handed to `_call`."""
+
+    def _call(self, req: _Req) -> Any:  # pragma: no cover - provided by the clients
+        raise NotImplementedError
+
+    # sessions
+    def create_session(self, *, idempotency_key: str | None = None, **body: Any) -> Any:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call(_Req("POST", "/v1/sessions", SessionRead, body, headers=headers))
+
+    def list_sessions(
+        self,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        status: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Any:
+        params = _clean(limit=limit, cursor=cursor, status=status)
+        params.update({f"metadata.{k}": v for k, v in (metadata or {}).items()})
+        return self._call(_Req("GET", "/v1/sessions", SessionList, params=params))
+
+    def get_session(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}", SessionRead))
+
+    def update_session(self, session_id: str, **body: Any) -> Any:
+        return self._call(_Req("PATCH", f"/v1/sessions/{session_id}", SessionRead, body))
+
+    def delete_session(self, session_id: str) -> Any:
+        return self._call(_Req("DELETE", f"/v1/sessions/{session_id}"))
+
+    def append_items(
+        self, session_id: str, items: list[dict[str, Any]], *, expected_seq: int | None = None
+    ) -> Any:
+        body = _clean(items=items, expected_seq=expected_seq)
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/items", AppendRead, body))
+
+    def list_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+    ) -> Any:
+        params = _clean(
+            after_seq=after_seq,
+            types=",".join(types) if types else None,
+            run_id=run_id,
+            limit=limit,
+        )
+        return self._call(
+            _Req("GET", f"/v1/sessions/{session_id}/events", EventList, params=params)
+        )
+
+    def get_state(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/state", StateRead))
+
+    def save(self, session_id: str, *, if_match: int | None = None) -> Any:
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        return self._call(
+            _Req("POST", f"/v1/sessions/{session_id}/save", SaveRead, headers=headers)
+        )
+
+    def resume(self, session_id: str, *, binding: dict[str, Any] | None = None) -> Any:
+        body = _clean(binding=binding)
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/resume", StateRead, body))
+
+    def fork(self, session_id: str, **body: Any) -> Any:
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/fork", SessionRead, body))
+
+    def restore(self, session_id: str, state: dict[str, Any]) -> Any:
+        body = {"state": state}
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/restore", StateRead, body))
+
+    def projection(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/projection", ProjectionRead))
+
+    def memory(self, session_id: str, *, full: bool = False, after_seq: int = 0) -> Any:
+        params = {"full": str(full).lower(), "after_seq": after_seq}
+        return self._call(
+            _Req("GET", f"/v1/sessions/{session_id}/memory", MemoryView, params=params)
+        )
+
+    def compact(self, session_id: str, **body: Any) -> Any:
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/compact", CompactRead, body))
+
+    def context(self, session_id: str, *, max_input_tokens: int | None = None) -> Any:
+        params = _clean(max_input_tokens=max_input_tokens)
+        return self._call(
+            _Req("GET", f"/v1/sessions/{session_id}/context", ContextRead, params=params)
+        )
+
+    def usage(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/usage", UsageRead))
+
+    # runs
+    def run(
+        self,
+        session_id: str,
+        input: Any = None,
+        *,
+        mode: str = "wait",
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Run the agent (mode wait or background); see `stream_run` for mode stream."""
+        body = {"input": input, "mode": mode, **options}
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call(
+            _Req("POST", f"/v1/sessions/{session_id}/runs", RunRead, body, headers=headers)
+        )
+
+    def run_once(self, input: Any, **options: Any) -> Any:
+        return self._call(_Req("POST", "/v1/runs", RunRead, {"input": input, **options}))
+
+    def list_runs(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/runs", RunList))
+
+    def get_run(self, session_id: str, run_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/runs/{run_id}", RunRead))
+
+    def cancel_run(self, session_id: str, run_id: str) -> Any:
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/runs/{run_id}/cancel", RunRead))
+
+    def submit_tool_outputs(
+        self, session_id: str, outputs: list[dict[str, str]], **options: Any
+    ) -> Any:
+        body = {"outputs": outputs, **options}
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/tool-outputs", None, body))
+
+    def decide_approval(self, session_id: str, call_id: str, decision: str, **options: Any) -> Any:
+        body = {"call_id": call_id, "decision": decision, **options}
+        return self._call(_Req("POST", f"/v1/sessions/{session_id}/approvals", None, body))
+
+    def create_stream_token(self, *, session_id: str | None = None) -> Any:
+        return self._call(_Req("POST", "/v1/stream-tokens", None, _clean(session_id=session_id)))
+
+
+def _frame(sse: Any) -> Frame:
+    try:
+        data = json.loads(sse.data) if sse.data else {}
+    except ValueError:
+        data = {"raw": sse.data}
+    return Frame(event=sse.event, data=data, id=sse.id or None)
+
+
+class AsyncSessionClient(_Routes):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncSessionClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, req: _Req) -> Any:
+        response = await self._http.request(
+            req.method, req.path, json=req.json, params=req.params, headers=req.headers
+        )
+        return _parse(req, response)
+
+    async def export_events(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Every event of the session, as NDJSON lines parsed one by one."""
+        headers = {"Accept": "application/x-ndjson"}
+        async with self._http.stream(
+            "GET", f"/v1/sessions/{session_id}/events", headers=headers
+        ) as r:
+            if r.status_code >= 400:
+                await r.aread()
+                raise_for_problem(r)
+            async for line in r.aiter_lines():
+                if line:
+                    yield json.loads(line)
+
+    async def stream_run(
+        self, session_id: str, input: Any = None, **options: Any
+    ) -> AsyncIterator[Frame]:
+        """Start a run in mode stream and yield its frames until RUN_FINISHED."""
+        body = {"input": input, "mode": "stream", **options}
+        async with aconnect_sse(
+            self._http, "POST", f"/v1/sessions/{session_id}/runs", json=body
+        ) as source:
+            if source.response.status_code >= 400:
+                await source.response.aread()
+                raise_for_problem(source.response)
+            async for sse in source.aiter_sse():
+                yield _frame(sse)
+
+    async def stream_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        types: list[str] | None = None,
+        deltas: bool = False,
+    ) -> AsyncIterator[Frame]:
+        """The session's live timeline, resumed from the last event id after any drop."""
+        path = f"/v1/sessions/{session_id}/events/stream"
+        params = _clean(
+            types=",".join(types) if types else None, include="deltas" if deltas else None
+        )
+        async for frame in self._follow(
+            path, params, str(after_seq) if after_seq is not None else None
+        ):
+            yield frame
+
+    async def stream_tenant_events(self, *, after: str | None = None) -> AsyncIterator[Frame]:
+        async for frame in self._follow("/v1/events/stream", {}, after):
+            yield frame
+
+    async def _follow(
+        self, path: str, params: dict[str, Any], last_id: str | None
+    ) -> AsyncIterator[Frame]:
+        for attempt in range(RECONNECT_LIMIT):
+            headers = {"Last-Event-ID": last_id} if last_id else {}
+            try:
+                async with aconnect_sse(
+                    self._http, "GET", path, params=params, headers=headers
+                ) as source:
+                    if source.response.status_code >= 400:
+                        await source.response.aread()
+                        raise_for_problem(source.response)
+                    async for sse in source.aiter_sse():
+                        frame = _frame(sse)
+                        if frame.event in ("overflow", "shutdown"):
+                            break  # the server asks us to come back with our cursor
+                        if sse.id:
+                            last_id = sse.id
+                        yield frame
+            except (httpx.TransportError, httpx.RemoteProtocolError):
+                pass
+            await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
+        raise ServerError(503, {"code": "stream_unavailable", "detail": "gave up reconnecting"})
+
+
+class SessionClient(_Routes):
+    """The same routes, blocking (for scripts and notebooks)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> SessionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, req: _Req) -> Any:
+        response = self._http.request(
+            req.method, req.path, json=req.json, params=req.params, headers=req.headers
+        )
+        return _parse(req, response)
+
+    def stream_run(self, session_id: str, input: Any = None, **options: Any) -> Iterator[Frame]:
+        body = {"input": input, "mode": "stream", **options}
+        with connect_sse(
+            self._http, "POST", f"/v1/sessions/{session_id}/runs", json=body
+        ) as source:
+            if source.response.status_code >= 400:
+                source.response.read()
+                raise_for_problem(source.response)
+            for sse in source.iter_sse():
+                yield _frame(sse)
+
+    def stream_events(
+        self, session_id: str, *, after_seq: int | None = None, deltas: bool = False
+    ) -> Iterator[Frame]:
+        path = f"/v1/sessions/{session_id}/events/stream"
+        params = _clean(include="deltas" if deltas else None)
+        last_id = str(after_seq) if after_seq is not None else None
+        for attempt in range(RECONNECT_LIMIT):
+            headers = {"Last-Event-ID": last_id} if last_id else {}
+            try:
+                with connect_sse(self._http, "GET", path, params=params, headers=headers) as source:
+                    if source.response.status_code >= 400:
+                        source.response.read()
+                        raise_for_problem(source.response)
+                    for sse in source.iter_sse():
+                        frame = _frame(sse)
+                        if frame.event in ("overflow", "shutdown"):
+                            break
+                        if sse.id:
+                            last_id = sse.id
+                        yield frame
+            except (httpx.TransportError, httpx.RemoteProtocolError):
+                pass
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+        raise ServerError(503, {"code": "stream_unavailable", "detail": "gave up reconnecting"})

@@ -1,0 +1,91 @@
+"""The compact verbs: manual compaction (`POST .../compact`) and automatic compaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.runtime.agent import AgentSpec
+from app.runtime.compaction import (
+    CompactionFailed,
+    CompactionPolicy,
+    Summarizer,
+    compact,
+    compact_payload,
+    failure_payload,
+    plan_auto_compaction,
+)
+from app.runtime.errors import SeqConflict
+from app.runtime.events import EventType, NewEvent
+from app.runtime.service import Loaded, SessionRuntime
+
+_RETRIES = 8
+
+
+def policy_of(agent: dict[str, Any]) -> CompactionPolicy:
+    return AgentSpec.model_validate(agent or {}).compaction
+
+
+async def auto_compact(
+    runtime: SessionRuntime, tenant_id: str, session_id: str, summarizer: Summarizer
+) -> None:
+    """Automatic compaction between runs: conditional on the seq it was planned at."""
+    loaded = await runtime.load(tenant_id, session_id)
+    if loaded.session.active_run_id:
+        return
+    events = await plan_auto_compaction(loaded.state, policy_of(loaded.session.agent), summarizer)
+    if events:
+        try:
+            await runtime.store.append_events(
+                tenant_id, session_id, events=events, expected_seq=loaded.session.last_seq
+            )
+        except SeqConflict:
+            pass  # someone wrote meanwhile; the next turn or run compacts
+
+
+async def compact_session(
+    runtime: SessionRuntime,
+    tenant_id: str,
+    session_id: str,
+    summarizer: Summarizer,
+    *,
+    strategy: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    reset_breaker: bool = False,
+) -> tuple[Loaded, dict[str, Any] | None]:
+    """Compact now (and/or reset the breaker). Returns the new state and the compact result.
+
+    Raises:
+        CompactionFailed: the summary failed (the failure is recorded and counts toward the
+            breaker).
+    """
+    for _ in range(_RETRIES):
+        loaded = await runtime.load(tenant_id, session_id)
+        policy = policy_of(loaded.session.agent).model_copy(update=overrides or {})
+        events: list[NewEvent] = []
+        state = loaded.state
+        if reset_breaker:
+            events.append(NewEvent(EventType.MEMORY_COMPRESS, {"kind": "breaker_reset"}))
+            state = state.copy()
+            state.breaker = {"consecutive_failures": 0, "open": False}
+        result: dict[str, Any] | None = None
+        failed: CompactionFailed | None = None
+        if strategy is not None or not reset_breaker:
+            try:
+                done = await compact(state, policy, summarizer, strategy=strategy)
+                result = done.result
+                events.append(NewEvent(EventType.MEMORY_COMPRESS, compact_payload(done)))
+            except CompactionFailed as exc:
+                failed = exc
+                events.append(
+                    NewEvent(EventType.MEMORY_COMPRESS, failure_payload(state, policy, exc.detail))
+                )
+        try:
+            await runtime.store.append_events(
+                tenant_id, session_id, events=events, expected_seq=loaded.session.last_seq
+            )
+        except SeqConflict:
+            continue
+        if failed is not None:
+            raise failed
+        return await runtime.load(tenant_id, session_id), result
+    raise SeqConflict(-1, -1)

@@ -1,0 +1,45 @@
+"""Context projection: fit memory into a model's input budget without rewriting memory.
+
+Newest first: the kept part is a suffix of memory that starts at a whole interaction (pairs
+stay whole), the summary is always kept, and the report says what was kept and dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.runtime.memory import estimate_tokens
+from app.runtime.projector import cut_points
+
+
+def project(
+    items: list[dict[str, Any]], summary: str | None, budget: int | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(items to send, projection report). `budget` None means no limit."""
+    before = estimate_tokens(items, summary)
+    kept = items
+    if budget is not None and before > budget:
+        cuts = cut_points(items)
+        fitting = [c for c in cuts if estimate_tokens(items[c:], summary) <= budget]
+        if fitting:
+            kept = items[fitting[0] :]
+        elif cuts:
+            kept = items[cuts[-1] :]  # the newest interaction alone, even if over budget
+    after = estimate_tokens(kept, summary)
+    report = {
+        "kind": "projection",
+        "budget": budget,
+        "tokens_before": before,
+        "tokens_after": after,
+        "items_kept": len(kept),
+        "items_dropped": len(items) - len(kept),
+        "summary_kept": summary is not None,
+        "fits": budget is None or after <= budget,
+    }
+    return kept, report
+
+
+def budget_of(max_input_tokens: int | None, reserved_output_tokens: int) -> int | None:
+    if max_input_tokens is None:
+        return None
+    return max(1, max_input_tokens - reserved_output_tokens)

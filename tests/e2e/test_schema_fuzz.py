@@ -1,0 +1,66 @@
+"""R22: schemathesis against the live OpenAPI schema, with each of two tenants' keys.
+
+No 500, every response matches its documented status, content type and schema, bad input is
+rejected, auth is not ignored, deleted resources stay deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.store.store import AgentSessionStore
+from tests.conftest import Server, make_tenant
+
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "negative_data_rejection",
+        "ignored_auth",
+        "use_after_free",
+        "ensure_resource_availability",
+    ]
+)
+EXAMPLES = os.environ.get("ASR_FUZZ_EXAMPLES", "10")
+
+
+@pytest.mark.timeout(600)
+async def test_r22_schemathesis_with_two_tenants(
+    server: Server, store: AgentSessionStore, tmp_path: Path
+) -> None:
+    st = Path(sys.executable).with_name("st")
+    for label in ("a", "b"):
+        tenant = await make_tenant(store)
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [
+                str(st),
+                "run",
+                f"{server.base_url}/openapi.json",
+                "-H",
+                f"Authorization: Bearer {tenant.key}",
+                "--checks",
+                CHECKS,
+                "--max-examples",
+                EXAMPLES,
+                "--request-timeout",
+                "20",
+                "--seed",
+                "22",
+                "--no-color",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=540,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, f"tenant {label}:\n{result.stdout[-6000:]}"
+        assert "passed" in result.stdout

@@ -1,0 +1,119 @@
+"""Compaction strategies, the breaker and context projection: pure functions, plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.runtime.compaction import (
+    CompactionFailed,
+    CompactionPolicy,
+    ScriptedSummarizer,
+    compact,
+    failure_payload,
+    plan_auto_compaction,
+    shrink_tool_results,
+    truncate,
+)
+from app.runtime.context import project
+from app.runtime.projector import evict_to_window
+from app.runtime.state import SessionState
+
+
+def user(t: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": t}
+
+
+def assistant(t: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": t}
+
+
+def call(cid: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": cid, "name": "echo", "arguments": "{}"}
+
+
+def output(cid: str, text: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": cid, "output": text}
+
+
+CONVERSATION = [
+    user("a"),
+    call("c1"),
+    output("c1", "x" * 5000),
+    assistant("done a"),
+    user("b"),
+    assistant("b!"),
+]
+
+
+def test_truncate_keeps_whole_interactions() -> None:
+    done = truncate(SessionState(items=list(CONVERSATION)), keep_last=3)
+    assert done.items == [user("b"), assistant("b!")]
+    assert (
+        done.result["items_removed"] == 4
+        and done.result["tokens_after"] < done.result["tokens_before"]
+    )
+
+
+def test_tool_results_shrinks_old_large_outputs_only() -> None:
+    done = shrink_tool_results(SessionState(items=list(CONVERSATION)), keep_last=2, max_chars=100)
+    stub = done.items[2]["output"]
+    assert stub.startswith("[output of echo (call c1) removed: 5000 chars]")
+    assert done.items[:2] == CONVERSATION[:2] and done.items[3:] == CONVERSATION[3:]
+
+
+async def test_summarize_replaces_dropped_items_with_a_summary() -> None:
+    state = SessionState(items=list(CONVERSATION), summary="before")
+    done = await compact(state, CompactionPolicy(keep_last=2), ScriptedSummarizer())
+    assert done.items == [user("b"), assistant("b!")]
+    assert done.summary is not None and done.summary.startswith("before | 4 earlier items")
+
+
+async def test_a_failing_summary_moves_the_breaker() -> None:
+    state = SessionState(items=[user("[fail-summary]"), assistant("x"), user("y"), assistant("z")])
+    policy = CompactionPolicy(keep_last=2, threshold_tokens=64, breaker_threshold=2)
+    with pytest.raises(CompactionFailed):
+        await compact(state, policy, ScriptedSummarizer())
+    first = failure_payload(state, policy, "boom")["breaker"]
+    assert first == {"consecutive_failures": 1, "open": False}
+    state.breaker = first
+    assert failure_payload(state, policy, "boom")["breaker"] == {
+        "consecutive_failures": 2,
+        "open": True,
+    }
+    state.breaker = {"consecutive_failures": 2, "open": True}
+    big = SessionState(items=[user("w " * 400)] * 4, breaker=state.breaker)
+    assert await plan_auto_compaction(big, policy, ScriptedSummarizer()) == []  # open: no tries
+
+
+def test_projection_keeps_the_newest_whole_interactions_within_budget() -> None:
+    items = [user("q1 " * 100), assistant("a1 " * 100), user("q2"), assistant("a2")]
+    kept, report = project(items, "sum", budget=50)
+    assert kept == [user("q2"), assistant("a2")]
+    assert report["items_dropped"] == 2 and report["fits"] and report["summary_kept"]
+    kept, report = project(items, None, budget=None)
+    assert kept == items and report["items_dropped"] == 0
+
+
+kinds = st.sampled_from(["user", "assistant", "pair"])
+
+
+@given(st.lists(kinds, max_size=40), st.integers(1, 12))
+def test_window_eviction_never_orphans(plan: list[str], window: int) -> None:
+    items: list[dict[str, Any]] = []
+    for i, kind in enumerate(plan):
+        if kind == "user":
+            items.append(user(str(i)))
+        elif kind == "assistant":
+            items.append(assistant(str(i)))
+        else:
+            items += [call(f"c{i}"), output(f"c{i}", "o")]
+    kept = evict_to_window(items, window)
+    calls = {i["call_id"] for i in kept if i["type"] == "function_call"}
+    assert all(i["call_id"] in calls for i in kept if i["type"] == "function_call_output")
+    if len(kept) < len(items) and any(i.get("role") == "user" for i in items):
+        # An assistant reply never outlives the user input that caused it.
+        assert kept[0].get("role") == "user"
