@@ -46,7 +46,7 @@ async def list_events(
     tenant: TenantDep,
     runtime: RuntimeDep,
     settings: SettingsDep,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     types: Annotated[list[str] | None, Query(max_length=64)] = None,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 100,

@@ -322,7 +322,7 @@ async def get_memory(
     tenant: TenantDep,
     runtime: RuntimeDep,
     full: bool = False,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> dict:
     loaded = await runtime.load(tenant.tenant_id, session_id)
