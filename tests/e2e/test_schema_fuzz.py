@@ -55,6 +55,10 @@ async def test_r22_schemathesis_with_two_tenants(
                 "20",
                 "--seed",
                 "22",
+                # The live timelines never end by themselves, so every valid request would
+                # wait out the request timeout; tests/sse holds them to their contract.
+                "--exclude-path-regex",
+                r"/events/stream$",
                 "--no-color",
             ],
             capture_output=True,
