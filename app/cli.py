@@ -1,15 +1,22 @@
-"""The `asr` command: serve, migrate, tenant create, key create / list / revoke."""
+"""The `asr` command: serve, migrate, tenants, keys, sessions, retention.
+
+Argument parsing and dispatch only; the session and retention verbs live in `app.admin`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
+from app import admin
 from app.runtime.accounts import Accounts, key_listing
+from app.runtime.blueprints import BlueprintError, load_blueprints
 from app.runtime.errors import AgentSessionError
+from app.runtime.retention import RetentionPolicy
 from app.settings import Settings
 from app.store.engine import make_engine, redacted_url
 from app.store.migrations import upgrade_head
@@ -28,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
 
     tenant = sub.add_parser("tenant", help="tenants").add_subparsers(dest="action", required=True)
     tenant.add_parser("create", help="create a tenant").add_argument("name")
+    tenant.add_parser("list", help="list tenants (JSON lines)")
 
     key = sub.add_parser("key", help="API keys").add_subparsers(dest="action", required=True)
     create = key.add_parser("create", help="create a key; prints it on the last line")
@@ -39,7 +47,48 @@ def _parser() -> argparse.ArgumentParser:
     rotate = key.add_parser("rotate", help="new key, old one revoked; prints it on the last line")
     rotate.add_argument("--tenant", required=True)
     rotate.add_argument("key", help="the old key or its prefix")
+    _sessions_parser(sub)
+    retention = sub.add_parser("retention", help="retention policy").add_subparsers(
+        dest="action", required=True
+    )
+    run = retention.add_parser("run", help="erase idle sessions and prune old snapshots once")
+    run.add_argument("--idle-days", type=int, default=None, help="default ASR_RETENTION_IDLE_DAYS")
+    run.add_argument(
+        "--keep-snapshots", type=int, default=None, help="default ASR_RETENTION_KEEP_SNAPSHOTS"
+    )
+    run.add_argument("--dry-run", action="store_true", help="list what would be erased")
+    run.add_argument("--tenant", default=None, help="only this tenant (default: all)")
     return parser
+
+
+def _sessions_parser(sub: Any) -> None:
+    verbs = sub.add_parser("sessions", help="inspect, export and import sessions")
+    actions = verbs.add_subparsers(dest="action", required=True)
+
+    def verb(name: str, help_text: str, *, with_id: bool = True) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=help_text)
+        parser.add_argument("--tenant", required=True, help="tenant name")
+        if with_id:
+            parser.add_argument("session_id")
+        return parser
+
+    listing = verb("list", "sessions, newest first (JSON lines)", with_id=False)
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--status", default=None)
+    verb("show", "one session: row and state summary (JSON)")
+    events = verb("events", "events of a session (JSON lines)")
+    events.add_argument("--after-seq", type=int, default=0)
+    events.add_argument("--limit", type=int, default=None)
+    events.add_argument("--types", default=None, help="comma-separated event types")
+    tail = verb("tail", "print events as they are committed (polls)")
+    tail.add_argument("--after-seq", type=int, default=0)
+    tail.add_argument("--interval", type=float, default=1.0)
+    tail.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
+    export = verb("export", "the session's ledger as JSON lines (header + events)")
+    export.add_argument("-o", "--output", default="-", help="file, or - for stdout")
+    importing = verb("import", "a new session from an export", with_id=False)
+    importing.add_argument("file", help="export file, or - for stdin")
+    importing.add_argument("--session-id", default=None, help="id of the new session")
 
 
 def _with_accounts(settings: Settings, action: Callable[[Accounts], Awaitable[Any]]) -> Any:
@@ -64,9 +113,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "sessions":
+        return asyncio.run(_sessions(args, settings))
+    if args.command == "retention":
+        return asyncio.run(_retention(args, settings))
+    if args.command == "tenant" and args.action == "list":
+        return asyncio.run(_tenant_list(settings))
     if args.command == "migrate":
-        upgrade_head(settings.database_url)
-        print(f"migrated {redacted_url(settings.database_url)} to head")
+        # Through the direct URL: DDL and Alembic's version row do not belong behind PgBouncer.
+        upgrade_head(settings.direct_url)
+        print(f"migrated {redacted_url(settings.direct_url)} to head")
         return 0
     if args.command == "serve":
         return _serve(settings, args.host, args.port)
@@ -93,22 +149,121 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _tenant_list(settings: Settings) -> int:
+    async with admin.toolkit(settings) as kit:
+        await admin.list_tenants(kit, sys.stdout)
+    return 0
+
+
+async def _sessions(args: argparse.Namespace, settings: Settings) -> int:
+    out = sys.stdout
+    async with admin.toolkit(settings) as kit:
+        if args.action == "list":
+            await admin.list_sessions(
+                kit, out, tenant=args.tenant, limit=args.limit, status=args.status
+            )
+        elif args.action == "show":
+            await admin.show_session(kit, out, tenant=args.tenant, session_id=args.session_id)
+        elif args.action == "events":
+            types = [t for t in (args.types or "").split(",") if t] or None
+            await admin.print_events(
+                kit,
+                out,
+                tenant=args.tenant,
+                session_id=args.session_id,
+                after_seq=args.after_seq,
+                limit=args.limit,
+                types=types,
+            )
+        elif args.action == "tail":
+            await admin.tail_events(
+                kit,
+                out,
+                tenant=args.tenant,
+                session_id=args.session_id,
+                after_seq=args.after_seq,
+                interval=args.interval,
+                max_seconds=args.max_seconds,
+            )
+        elif args.action == "export":
+            with _open_out(args.output) as target:
+                count = await admin.export_session(
+                    kit, target, tenant=args.tenant, session_id=args.session_id
+                )
+            print(f"exported {count} events of {args.session_id}", file=sys.stderr)
+        else:
+            with _open_in(args.file) as source:
+                record = await admin.import_session(
+                    kit, source, tenant=args.tenant, session_id=args.session_id
+                )
+            print(f"imported {record.last_seq} events as session:", file=sys.stderr)
+            print(record.session_id)
+    return 0
+
+
+async def _retention(args: argparse.Namespace, settings: Settings) -> int:
+    idle = args.idle_days if args.idle_days is not None else settings.retention_idle_days
+    keep = args.keep_snapshots or settings.retention_keep_snapshots
+    policy = RetentionPolicy(idle_days=idle, keep_snapshots=keep)
+    async with admin.toolkit(settings) as kit:
+        await admin.run_retention(
+            kit, sys.stdout, policy=policy, dry_run=args.dry_run, tenant=args.tenant
+        )
+    return 0
+
+
+@contextmanager
+def _open_out(path: str) -> Iterator[TextIO]:
+    if path == "-":
+        yield sys.stdout
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        yield handle
+
+
+@contextmanager
+def _open_in(path: str) -> Iterator[TextIO]:
+    if path == "-":
+        yield sys.stdin
+        return
+    with open(path, encoding="utf-8") as handle:
+        yield handle
+
+
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
-    from app.main import configure_logging, create_app
+    from app.main import begin_shutdown, configure_logging, create_app, known_tool_names
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        # The app validates the file again at start; here a bad file gets a plain message.
+        load_blueprints(settings.agents_file, known_tools=known_tool_names(settings))
+    except BlueprintError as exc:
+        print(f"asr: invalid ASR_AGENTS_FILE:\n{exc}", file=sys.stderr)
+        return 2
     if settings.is_sqlite:
         # The embedded default needs no separate step: bring the file to head on start.
         upgrade_head(settings.database_url)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        """uvicorn, telling the app at once when SIGTERM/SIGINT starts the drain."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            begin_shutdown(app)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app,
         host=host or settings.host,
         port=port if port is not None else settings.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=20,
+        log_config=None,  # configure_logging already routed uvicorn's loggers
+        access_log=False,  # app.access logs each request with its route and tenant
+        timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
     )
+    Server(config).run()
     return 0
 
 

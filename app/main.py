@@ -2,34 +2,58 @@
 
 Nothing reads the environment or opens a connection at import time; run it with
 `asr serve`, or `uvicorn --factory app.main:create_app`.
+
+`app.state` holds, besides the store and runtime:
+- `metrics`: the `Metrics` (Prometheus registry and `Observer`), or None when disabled;
+- `shutdown_event`: an `asyncio.Event` set as soon as the process starts to shut down. Under
+  `asr serve` that is the moment SIGTERM/SIGINT arrives (before uvicorn's graceful drain, so
+  long-lived responses such as SSE streams can end with a final frame instead of holding the
+  drain open until its timeout); under any other server it is set when the lifespan exits.
+  Code that streams or loops waits on it; `/readyz` answers 503 once it is set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
-from app.api import debug, events, memory, ops, runs, sessions, streams
+from app.api import agents, debug, events, memory, ops, runs, sessions, streams
+from app.api import delegation as delegation_api
+from app.api import processes as processes_api
+from app.api import tools as tools_api
+from app.api.access import AccessMiddleware
 from app.api.limits import BodyLimitMiddleware
+from app.api.metrics import Metrics
 from app.api.problems import install_problem_handlers
 from app.api.sse_response import StreamSlots
+from app.logs import configure_logging
 from app.runtime.accounts import Accounts
+from app.runtime.blueprints import load_blueprints
+from app.runtime.delegation import DELEGATE, Delegator, delegate_tool
 from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
+from app.runtime.processes import ProcessManager
 from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
+from app.runtime.shell import SHELL, shell_tool
 from app.runtime.stream_tokens import StreamTokens
 from app.runtime.tools import ToolRegistry
+from app.runtime.workspace import ProcessPolicy, split_names
 from app.settings import Settings, get_settings
 from app.store.bus import make_bus
 from app.store.engine import make_engine
+from app.store.migrations import script_revisions
 from app.store.store import AgentSessionStore
+from app.tracing import configure_tracing
+
+__all__ = ["begin_shutdown", "configure_logging", "create_app", "known_tool_names"]
 
 log = logging.getLogger("app")
 
@@ -43,8 +67,13 @@ its own memory, an append-only event ledger and snapshots. Authenticate with
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
+    metrics = Metrics() if settings.metrics_enabled else None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.schema_revisions = script_revisions()
+        known = known_tool_names(settings)
+        app.state.blueprints = load_blueprints(settings.agents_file, known_tools=known)
         engine = make_engine(settings)
         redactor = Redactor(settings.redact_patterns)
         store = AgentSessionStore(
@@ -52,9 +81,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
             idempotency_lock_seconds=settings.idempotency_lock_seconds,
-            notify=settings.sse_notify,
+            observer=metrics,
             max_event_bytes=settings.max_event_bytes,
             redactor=redactor,
+            notify=settings.sse_notify,
         )
         app.state.store = store
         bus = make_bus(settings, store)
@@ -71,8 +101,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_sessions_per_tenant=settings.max_sessions_per_tenant,
             ),
             live=bus,
+            observer=metrics,
         )
         app.state.runtime = runtime
+        tools = ToolRegistry()
+        processes = build_processes(settings, runtime)
+        if processes is not None:
+            tools.register(shell_tool(processes))
+        delegator = Delegator(
+            runtime,
+            max_depth=settings.delegation_max_depth,
+            wait_seconds=settings.delegation_timeout_seconds,
+        )
+        tools.register(
+            delegate_tool(delegator, timeout_seconds=settings.delegation_timeout_seconds + 5)
+        )
+        app.state.tools = tools
+        app.state.processes = processes
+        app.state.delegator = delegator
         runs = RunManager(
             runtime,
             store,
@@ -85,14 +131,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     timeout=settings.openai_timeout_seconds,
                 ),
             },
-            tools=ToolRegistry(),
+            tools=tools,
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
+            shutdown_event=app.state.shutdown_event,
             redactor=redactor,
             max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
             max_runs_per_minute=settings.max_runs_per_minute,
         )
         app.state.runs = runs
+        delegator.attach(runs)
         if settings.bootstrap_default_tenant:
             key = await app.state.accounts.bootstrap()
             if key is not None:
@@ -103,7 +151,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            app.state.shutdown_event.set()
             await runs.shutdown(grace_seconds=5.0)
+            if processes is not None:
+                await processes.shutdown()  # records each one before the store closes
             await bus.stop()
             await engine.dispose()
 
@@ -116,18 +167,60 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.stream_slots = StreamSlots(settings.sse_max_streams_per_tenant)
     app.state.stream_tokens = _stream_tokens(settings)
+    app.state.metrics = metrics
+    app.state.shutdown_event = asyncio.Event()
     install_problem_handlers(app)
+    if settings.otel_enabled:
+        app.state.tracer_provider = configure_tracing(settings, app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.include_router(sessions.router)
-    app.include_router(memory.router)
-    app.include_router(runs.router)
-    app.include_router(runs.oneshot)
-    app.include_router(events.router)
-    app.include_router(streams.router)
-    app.include_router(ops.router)
-    if settings.debug_endpoints:
-        app.include_router(debug.router)
+    # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
+    routers = (
+        sessions.router,
+        memory.router,
+        runs.router,
+        runs.oneshot,
+        processes_api.router,
+        delegation_api.router,
+        tools_api.router,
+        events.router,
+        streams.router,
+        agents.router,
+        ops.router,
+        *((debug.router,) if settings.debug_endpoints else ()),
+    )
+    routes = [route for router in routers for route in router.routes]
+    app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
+    for router in routers:
+        app.include_router(router)
     return app
+
+
+def known_tool_names(settings: Settings) -> list[str]:
+    """The server tools the app will register, known before it is built (for blueprints)."""
+    extra = [DELEGATE, *([SHELL] if settings.processes_enabled else [])]
+    return sorted({*ToolRegistry().names(), *extra})
+
+
+def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManager | None:
+    """The process plane, or None when it is off (then the shell tool does not exist)."""
+    if not settings.processes_enabled:
+        return None
+    masked = (
+        settings.openai_api_key.get_secret_value(),
+        urlsplit(settings.database_url).password or "",
+    )
+    policy = ProcessPolicy(
+        root=settings.workspace_root,
+        allowlist=split_names(settings.process_allowlist),
+        denylist=split_names(settings.process_denylist),
+        max_runtime_seconds=settings.process_max_runtime_seconds,
+        max_output_bytes=settings.process_max_output_bytes,
+        max_live_per_tenant=settings.process_max_live_per_tenant,
+        persisted_output_bytes=settings.process_persisted_output_bytes,
+        path=settings.process_path,
+        secrets=tuple(s for s in masked if len(s) >= 4),
+    )
+    return ProcessManager(runtime, policy)
 
 
 def _stream_tokens(settings: Settings) -> StreamTokens:
@@ -141,9 +234,22 @@ def _stream_tokens(settings: Settings) -> StreamTokens:
     return StreamTokens(raw, ttl_seconds=settings.stream_token_ttl_seconds)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+def begin_shutdown(app: FastAPI) -> None:
+    """Set `app.state.shutdown_event`; safe to call from a signal handler.
+
+    The event is set through the running loop (`call_soon_threadsafe`), which also wakes the
+    loop, and the log line is written there too: logging inside a signal handler could
+    deadlock on the handler's lock.
+    """
+
+    def announce() -> None:
+        if not app.state.shutdown_event.is_set():
+            app.state.shutdown_event.set()
+            log.info("shutdown requested: draining")
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        app.state.shutdown_event.set()
+        return
+    loop.call_soon_threadsafe(announce)

@@ -7,6 +7,7 @@ build their own instead of patching the environment.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -22,9 +23,37 @@ class Settings(BaseSettings):
         default="sqlite+aiosqlite:///./asr.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///file.db or postgresql+asyncpg://...",
     )
+    database_direct_url: str | None = Field(
+        default=None,
+        description="A URL that bypasses any pooler (PgBouncer): used by `asr migrate` and the "
+        "LISTEN connection of the event bus. Unset means ASR_DATABASE_URL.",
+    )
+    db_pgbouncer: bool = Field(
+        default=False,
+        description="ASR_DATABASE_URL points at PgBouncer in transaction pooling mode: no "
+        "server-side prepared statement caching, unique statement names.",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="`json`: one JSON object a line; `text`: for a terminal."
+    )
+    graceful_shutdown_seconds: int = Field(
+        default=20,
+        ge=1,
+        le=600,
+        description="On SIGTERM, how long `asr serve` drains open requests and streams.",
+    )
+    metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
+    otel_enabled: bool = Field(
+        default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
+    )
+    otel_exporter: Literal["otlp", "console", "none"] = Field(
+        default="otlp",
+        description="Where spans go: OTLP over HTTP (OTEL_EXPORTER_OTLP_* settings), the "
+        "console, or nowhere (for a caller that adds its own processor).",
+    )
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     snapshot_every: int = Field(
@@ -39,7 +68,7 @@ class Settings(BaseSettings):
     )
     max_metadata_bytes: int = Field(default=16_384, ge=64)
     max_event_bytes: int = Field(
-        default=1_048_576, ge=1024, description="Largest event payload or snapshot (413 beyond)."
+        default=2_097_152, ge=1024, description="Largest event payload or snapshot (413 beyond)."
     )
     redact_patterns: list[str] = Field(
         default_factory=list,
@@ -72,6 +101,50 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr = Field(default=SecretStr(""), description="Never logged or stored.")
     openai_model: str = Field(default="gpt-4o-mini", description="Default model name.")
     openai_timeout_seconds: float = Field(default=60.0, gt=0)
+    processes_enabled: bool = Field(
+        default=False,
+        description="The process plane: the `shell` tool and the processes routes (off: 404).",
+    )
+    workspace_root: Path = Field(
+        default=Path("./workspaces"),
+        description="Processes run in <root>/<tenant_id>/<binding.workspace or session id>.",
+    )
+    process_allowlist: str = Field(
+        default="sleep,echo,cat,ls,python3,printf,yes,true,false",
+        description="Programs the shell tool may start, comma-separated; empty = any program "
+        "not on the denylist.",
+    )
+    process_denylist: str = Field(
+        default="", description="Programs never started, comma-separated (checked first)."
+    )
+    process_max_runtime_seconds: float = Field(
+        default=300.0, gt=0, le=86_400, description="A process is killed after this."
+    )
+    process_max_output_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="Captured output per process; past it the process is killed.",
+    )
+    process_persisted_output_bytes: int = Field(
+        default=16_384,
+        ge=0,
+        le=262_144,
+        description="Tail of the output kept in PROCESS_EXITED (readable after a restart).",
+    )
+    process_max_live_per_tenant: int = Field(
+        default=4, ge=1, description="Live processes per tenant on one server (429 beyond)."
+    )
+    process_path: str = Field(
+        default="/usr/local/bin:/usr/bin:/bin",
+        description="PATH of started processes (their whole environment is rebuilt).",
+    )
+    delegation_max_depth: int = Field(
+        default=3, ge=0, le=32, description="Longest parent chain a delegated child may have."
+    )
+    delegation_timeout_seconds: float = Field(
+        default=300.0, gt=0, description="Longest a `delegate` call waits for its child's run."
+    )
     bootstrap_default_tenant: bool = Field(
         default=True, description="On first start with no tenant, create `default` and print a key."
     )
@@ -119,13 +192,28 @@ class Settings(BaseSettings):
     )
     stream_token_ttl_seconds: int = Field(default=300, ge=10, le=3600)
     debug_endpoints: bool = Field(default=False, description="Serve /debug/streams (tests only).")
+    agents_file: Path | None = Field(
+        default=None,
+        description="YAML file of named agent specs (blueprints), validated at start.",
+    )
+    retention_idle_days: int | None = Field(
+        default=None,
+        ge=1,
+        description="`asr retention run` erases sessions not updated for this many days; "
+        "unset keeps every session.",
+    )
+    retention_keep_snapshots: int = Field(
+        default=3, ge=1, description="`asr retention run` keeps this many newest snapshots."
+    )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url")
     @classmethod
-    def _known_driver(cls, value: str) -> str:
+    def _known_driver(cls, value: str | None) -> str | None:
         # Only the two async drivers the store is tested on are accepted; a sync URL would fail
         # later and far less clearly.
-        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        if value is not None and not value.startswith(
+            ("sqlite+aiosqlite://", "postgresql+asyncpg://")
+        ):
             raise ValueError("database_url must use sqlite+aiosqlite:// or postgresql+asyncpg://")
         return value
 
@@ -143,9 +231,24 @@ class Settings(BaseSettings):
             raise ValueError("stream_token_secret must be at least 32 characters")
         return value
 
+    @field_validator("process_allowlist", "process_denylist")
+    @classmethod
+    def _program_names(cls, value: str) -> str:
+        # Programs are matched by bare name; a path here could never match and would only
+        # mislead whoever reads the configuration.
+        for name in (part.strip() for part in value.split(",")):
+            if name and ("/" in name or not name.isprintable() or " " in name):
+                raise ValueError(f"{name!r} is not a program name")
+        return value
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def direct_url(self) -> str:
+        """The URL for migrations and LISTEN: never through a transaction pooler."""
+        return self.database_direct_url or self.database_url
 
 
 @lru_cache

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.settings import Settings
+from app.store.engine import pgbouncer_connect_args
 from app.store.tables import metadata
 
 config = context.config
@@ -64,7 +65,10 @@ def _run_sync(connection: Connection) -> None:
 
 
 async def run_migrations_online() -> None:
-    engine = create_async_engine(_url())
+    # Migrations should use ASR_DATABASE_DIRECT_URL; if they do go through PgBouncer in
+    # transaction mode, they need the same statement settings as the app.
+    pgbouncer = _url().startswith("postgresql") and Settings().db_pgbouncer
+    engine = create_async_engine(_url(), connect_args=pgbouncer_connect_args() if pgbouncer else {})
     async with engine.connect() as connection:
         await connection.run_sync(_run_sync)
         await connection.commit()

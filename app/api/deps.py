@@ -7,11 +7,16 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.logs import bind
 from app.runtime.accounts import Accounts, Principal
-from app.runtime.errors import Unauthorized
+from app.runtime.blueprints import Blueprints
+from app.runtime.delegation import Delegator
+from app.runtime.errors import ProcessesDisabled, Unauthorized
+from app.runtime.processes import ProcessManager
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
 from app.runtime.stream_tokens import StreamGrant
+from app.runtime.tools import ToolRegistry
 from app.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
@@ -33,6 +38,29 @@ async def get_accounts(request: Request) -> Accounts:
     return request.app.state.accounts
 
 
+async def get_processes(
+    request: Request, session_id: str, tenant: TenantDep, runtime: RuntimeDep
+) -> ProcessManager:
+    """The process manager, once the session is known to be the caller's.
+
+    The session comes first, so another tenant's session is `session_not_found` on these
+    routes as on every other; then, with the process plane off, `processes_disabled` (404).
+    """
+    await runtime.get(tenant.tenant_id, session_id)
+    manager: ProcessManager | None = request.app.state.processes
+    if manager is None:
+        raise ProcessesDisabled()
+    return manager
+
+
+async def get_delegator(request: Request) -> Delegator:
+    return request.app.state.delegator
+
+
+async def get_tools(request: Request) -> ToolRegistry:
+    return request.app.state.tools
+
+
 async def get_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -40,7 +68,14 @@ async def get_tenant(
     """The caller's tenant, from the API key alone (never from the path, query or body)."""
     accounts: Accounts = request.app.state.accounts
     raw = credentials.credentials if credentials is not None else None
-    return await accounts.authenticate(raw)
+    principal = await accounts.authenticate(raw)
+    # From here on, every log line of this request names the tenant (and the session).
+    bind(tenant_id=principal.tenant_id, session_id=request.path_params.get("session_id"))
+    return principal
+
+
+async def get_blueprints(request: Request) -> Blueprints:
+    return request.app.state.blueprints
 
 
 async def get_stream_grant(
@@ -62,10 +97,14 @@ async def get_stream_grant(
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
 StreamGrantDep = Annotated[StreamGrant, Depends(get_stream_grant)]
+ProcessesDep = Annotated[ProcessManager, Depends(get_processes)]
+DelegatorDep = Annotated[Delegator, Depends(get_delegator)]
+ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]
 IdempotencyKey = Annotated[
     str | None,
     Header(

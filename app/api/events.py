@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 
 from app.api.deps import RuntimeDep, SettingsDep, TenantDep
 from app.api.problems import problem_responses
-from app.api.schemas import EventList
+from app.api.schemas import MAX_SEQ, EventList
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 
@@ -46,7 +46,7 @@ async def list_events(
     tenant: TenantDep,
     runtime: RuntimeDep,
     settings: SettingsDep,
-    after_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     types: Annotated[list[str] | None, Query(max_length=64)] = None,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 100,

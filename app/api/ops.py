@@ -1,11 +1,31 @@
-"""Operations routes: liveness and readiness."""
+"""Operations routes: liveness, readiness and Prometheus metrics. None needs a key.
+
+- `/healthz` answers 200 while the process can run a request at all: a database outage must
+  not make an orchestrator restart healthy replicas.
+- `/readyz` answers 200 only when this replica should get traffic: the database answers
+  within the probe budget, its schema is at the migration head this code expects, and the
+  process is not shutting down. Otherwise 503 `application/problem+json` with a `reason`
+  (`shutting_down`, `database_unreachable`, `schema_not_migrated`, `schema_behind`).
+  A database at a revision this code does not know is taken to be *ahead* (a newer release
+  migrated it; migrations are expand-then-contract) and stays ready, reported as `ahead`.
+- `/metrics`: Prometheus text (404 when ASR_METRICS_ENABLED=false).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.api.metrics import CONTENT_TYPE
+from app.api.problems import problem_response
+
 router = APIRouter(tags=["operations"])
+
+# Kubernetes probes time out after a few seconds; answer before they do.
+READINESS_BUDGET_SECONDS = 2.5
 
 
 @router.get("/healthz", summary="Liveness: the process answers")
@@ -13,12 +33,55 @@ async def healthz() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the database answers")
+@router.get(
+    "/readyz",
+    summary="Readiness: database reachable, schema at head, not shutting down",
+    responses={503: {"description": "Not ready; `reason` says why"}},
+)
 async def readyz(request: Request) -> JSONResponse:
+    state = request.app.state
+    if state.shutdown_event.is_set():
+        return _not_ready(request, "shutting_down", "the process is draining before it exits")
+    head, known = state.schema_revisions
     try:
-        await request.app.state.store.ping()
-    except Exception as exc:  # any failure means not ready; the reason is for operators
-        return JSONResponse(
-            {"status": "unavailable", "reason": type(exc).__name__}, status_code=503
+        async with asyncio.timeout(READINESS_BUDGET_SECONDS):
+            current = await state.store.get_schema_revision()
+    except Exception as exc:  # any failure means not ready; the class name is for operators
+        return _not_ready(
+            request, "database_unreachable", f"the database did not answer: {type(exc).__name__}"
         )
-    return JSONResponse({"status": "ok"})
+    schema: dict[str, Any] = {"current": current, "expected": head}
+    if current is None:
+        return _not_ready(request, "schema_not_migrated", "run `asr migrate`", schema=schema)
+    if current != head and current in known:
+        return _not_ready(request, "schema_behind", "run `asr migrate`", schema=schema)
+    schema["state"] = "at_head" if current == head else "ahead"
+    return JSONResponse({"status": "ok", "database": "ok", "schema": schema})
+
+
+def _not_ready(request: Request, reason: str, detail: str, **extra: Any) -> JSONResponse:
+    return problem_response(
+        request,
+        status=503,
+        code="not_ready",
+        title="Not ready",
+        detail=detail,
+        reason=reason,
+        headers={"Retry-After": "5"},
+        **extra,
+    )
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (text exposition format)",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}},
+)
+async def metrics(request: Request) -> Response:
+    registry = request.app.state.metrics
+    if registry is None:
+        return problem_response(
+            request, status=404, code="not_found", title="Not found", detail="metrics disabled"
+        )
+    return Response(registry.render(), media_type=CONTENT_TYPE)

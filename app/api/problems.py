@@ -36,6 +36,7 @@ STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
     (e.Conflict, 409, "Conflict"),
     (e.PayloadTooLarge, 413, "Payload too large"),
     (e.TooManyRequests, 429, "Too many requests"),
+    (e.TooManyStreams, 429, "Too many requests"),
     (e.InvalidRequest, 422, "Invalid request"),
 ]
 
@@ -82,6 +83,14 @@ def _status_of(exc: e.AgentSessionError) -> tuple[int, str]:
     return 400, "Bad request"
 
 
+def _headers_of(exc: e.AgentSessionError, status: int) -> dict[str, str] | None:
+    if status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if status == 429:
+        return {"Retry-After": str(exc.extra.get("retry_after", 1))}
+    return None
+
+
 def problem_body(exc: BaseException, instance: str | None) -> dict[str, Any]:
     """The problem document for `exc`, for places that cannot answer with a response (a
     stream that has already started sends it as its final frame)."""
@@ -107,9 +116,7 @@ def problem_body(exc: BaseException, instance: str | None) -> dict[str, Any]:
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, e.AgentSessionError)
     status, title = _status_of(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    if "retry_after" in exc.extra:
-        headers = {"Retry-After": str(exc.extra["retry_after"])}
+    headers = _headers_of(exc, status)
     return problem_response(
         request,
         status=status,
@@ -171,13 +178,17 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", extra={"request_id": request.headers.get("x-request-id")})
+    # This handler runs outside the access middleware, so it takes the request id from the
+    # request state the middleware left, and returns it itself.
+    request_id = getattr(request.state, "request_id", None)
+    log.error("unhandled error", exc_info=exc, extra={"request_id": request_id})
     return problem_response(
         request,
         status=500,
         code="internal_error",
         title="Internal server error",
         detail="the server failed to handle this request; it has been logged",
+        headers={"X-Request-ID": request_id} if request_id else None,
     )
 
 
@@ -213,6 +224,6 @@ _DESCRIPTIONS = {
     412: "If-Match does not name the current version",
     413: "Request body too large",
     422: "Invalid request",
-    429: "A per-tenant limit was reached; see Retry-After",
+    429: "A per-tenant limit was reached (open streams, sessions, runs); see Retry-After",
     502: "The model or summarizer failed",
 }

@@ -3,6 +3,7 @@ usage, and the one-shot `POST /v1/runs`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -111,10 +112,39 @@ async def respond(
             _stream(runs, runtime, tenant_id, run, include_deltas),
             ping=10,
             send_timeout=30,
+            # sse-starlette also sees the shutdown signal; without a grace period it would
+            # cancel the stream before the generator sends its final `shutdown` frame.
+            shutdown_grace_period=SHUTDOWN_FRAME_GRACE_SECONDS,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
     done = await runs.wait(tenant_id, run.run_id, within_seconds=settings.run_wait_seconds)
     return JSONResponse(await run_view(runtime, done), headers={"Location": location})
+
+
+SHUTDOWN_FRAME_GRACE_SECONDS = 3.0
+
+
+def shutdown_frame(last_seq: int) -> ServerSentEvent:
+    """The final frame of a stream cut by a shutdown: reconnect (elsewhere) and resume."""
+    body = {"reason": "server_shutdown", "reconnect": True, "last_seq": last_seq}
+    return ServerSentEvent(event="shutdown", data=json.dumps(body), retry=1000)
+
+
+async def _next_or_shutdown(
+    queue: asyncio.Queue[tuple[str, Any]], shutdown: asyncio.Event
+) -> tuple[str, Any] | None:
+    """The next queued item, or None once `shutdown` is set (whichever comes first)."""
+    if shutdown.is_set():
+        return None
+    getter = asyncio.ensure_future(queue.get())
+    stopper = asyncio.ensure_future(shutdown.wait())
+    try:
+        await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not getter.done():
+            getter.cancel()
+    return getter.result() if getter.done() and not getter.cancelled() else None
 
 
 async def _stream(
@@ -131,7 +161,13 @@ async def _stream(
                 id=str(event.seq), event=event.type, data=json.dumps(event.to_json())
             )
         while queue is not None:
-            kind, item = await queue.get()
+            next_item = await _next_or_shutdown(queue, runs.shutdown_event)
+            if next_item is None:
+                # The process is shutting down: say so (no id, so Last-Event-ID stays at the
+                # last event sent) and end; the run itself finishes or is interrupted.
+                yield shutdown_frame(sent)
+                return
+            kind, item = next_item
             if kind == "end":
                 break
             if kind == "delta":

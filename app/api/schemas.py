@@ -6,17 +6,49 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.runtime.agent import AgentSpec
 from app.runtime.memory import ContentPart, MemoryItem
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+# The largest seq a request may name: any larger value cannot exist, and one past 2**63
+# would not even fit the database's integer (SQLite raises OverflowError, a 500).
+MAX_SEQ = 2**53 - 1
+
+
+def check_storable_text(value: Any) -> None:
+    """Refuse unpaired surrogates with a 422: text no backend can store as it was sent.
+
+    They are valid JSON escapes, and SQLite keeps them, but they are not Unicode text:
+    PostgreSQL refuses them in JSONB and text, so left alone they would fail at the database,
+    as a 500, on one backend only. (NUL, the other such character, is stored as U+FFFD by the
+    store's redaction funnel.)
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("text may not contain unpaired surrogates") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 class _Request(BaseModel):
     # strict: `0` is not `false` and `"1"` is not `1` -- a schema-violating body is a 422.
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        check_storable_text(data)
+        return data
 
 
 class SessionCreate(_Request):
@@ -25,10 +57,25 @@ class SessionCreate(_Request):
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
     agent: AgentSpec = Field(default_factory=AgentSpec)
+    agent_name: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Use the named agent blueprint (GET /v1/agents) instead of an inline agent.",
+    )
     binding: dict[str, Any] = Field(
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
+
+
+class AgentRead(BaseModel):
+    name: str
+    description: str | None
+    agent: AgentSpec
+
+
+class AgentList(BaseModel):
+    data: list[AgentRead]
 
 
 class SessionPatch(_Request):
@@ -44,7 +91,10 @@ class SessionPatch(_Request):
 class ItemsAppend(_Request):
     items: list[MemoryItem] = Field(min_length=1)
     expected_seq: int | None = Field(
-        default=None, ge=0, description="Append only if the session's last seq is this (else 409)."
+        default=None,
+        ge=0,
+        le=MAX_SEQ,
+        description="Append only if the session's last seq is this (else 409).",
     )
 
 
@@ -55,12 +105,17 @@ class ResumeRequest(_Request):
 
 
 class ForkRequest(_Request):
-    at_seq: int | None = Field(default=None, ge=1, description="Default: the latest seq.")
+    at_seq: int | None = Field(
+        default=None, ge=1, le=MAX_SEQ, description="Default: the latest seq."
+    )
     session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN)
     metadata: dict[str, Any] | None = Field(default=None, description="Default: the parent's.")
     binding: dict[str, Any] | None = Field(
-        default=None, description="Rebind the child explicitly; default: the parent's binding."
+        default=None,
+        description="Default: the parent's binding. A different one needs rebind=true, "
+        "else 409 binding_mismatch.",
     )
+    rebind: bool = Field(default=False, description="Bind the child to `binding` instead.")
 
 
 class RestoreRequest(_Request):
@@ -94,6 +149,7 @@ class Counts(BaseModel):
     messages: int
     function_calls: int
     function_call_outputs: int
+    processes: int = Field(default=0, description="Background processes the session has had.")
 
 
 class SessionSummary(BaseModel):
@@ -152,6 +208,10 @@ class StateRead(BaseModel):
     usage: dict[str, int]
     last_compact: dict[str, Any] | None
     breaker: dict[str, Any]
+    processes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Process snapshots by process id (present once the session has had one).",
+    )
 
 
 class SaveRead(BaseModel):
@@ -336,3 +396,91 @@ class StreamTokenRead(BaseModel):
     token: str = Field(description="Pass as `?token=` to the stream routes.")
     expires_at: datetime
     session_id: str | None
+
+
+# ---------------------------------------------------------------------- processes
+
+
+class ProcessCreate(_Request):
+    command: str = Field(
+        min_length=1,
+        max_length=8192,
+        description="One command line, split like a POSIX shell would but run without one; "
+        "its program must be allowed by name.",
+    )
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="Kill it sooner than the server's max runtime."
+    )
+    stdin: str | None = Field(
+        default=None, max_length=65_536, description="Written to stdin, which is then closed."
+    )
+
+
+class ProcessRead(BaseModel):
+    process_id: str
+    session_id: str
+    pid: int | None = Field(description="The OS process id (on the replica that ran it).")
+    command: list[str]
+    workspace: str | None
+    run_id: str | None
+    status: Literal["running", "exited", "restored"] = Field(
+        description="restored: it no longer runs here (service restarted, fork, import); "
+        "its last known output is still readable."
+    )
+    exit_code: int | None
+    reason: str | None = Field(
+        description="Why it ended: exited, stopped, timeout, output_cap, service_stopped, forked."
+    )
+    output_bytes: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    live: bool = Field(description="It runs, or just ended, in this server process.")
+
+
+class ProcessList(BaseModel):
+    data: list[ProcessRead]
+
+
+class ProcessLogs(BaseModel):
+    process_id: str
+    status: str
+    offset: int = Field(description="Byte offset of `data` in the captured output.")
+    next_offset: int = Field(description="Pass as offset to read on.")
+    size: int = Field(description="Bytes captured so far.")
+    eof: bool = Field(description="Everything is read and the process no longer runs.")
+    data: str
+
+
+class StdinWrite(_Request):
+    data: str = Field(default="", max_length=65_536)
+    eof: bool = Field(default=False, description="Close stdin after writing.")
+
+
+class StdinRead(BaseModel):
+    process_id: str
+    bytes_written: int
+    eof: bool
+
+
+# --------------------------------------------------------------------- delegation
+
+
+class DelegateCreate(_Request):
+    input: str = Field(min_length=1, max_length=1_000_000, description="The child's input.")
+    agent: AgentSpec | None = Field(default=None, description="Default: the caller's agent.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class DelegateRead(BaseModel):
+    session: SessionSummary = Field(description="The child session.")
+    run: RunRead = Field(description="The child's run, ended (mode wait).")
+
+
+class ToolRead(BaseModel):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolList(BaseModel):
+    data: list[ToolRead]

@@ -13,10 +13,18 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api import views
-from app.api.deps import IdempotencyKey, IfMatch, RuntimeDep, SettingsDep, TenantDep
+from app.api.deps import (
+    BlueprintsDep,
+    IdempotencyKey,
+    IfMatch,
+    RuntimeDep,
+    SettingsDep,
+    TenantDep,
+)
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import (
+    MAX_SEQ,
     AppendRead,
     ForkRequest,
     ItemsAppend,
@@ -68,14 +76,20 @@ async def create_session(
     request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
+    blueprints: BlueprintsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    if body.agent_name is not None and "agent" in body.model_fields_set:
+        raise InvalidRequest("give either agent or agent_name, not both")
+    # A named agent is copied into the session: later edits of the file leave it alone.
+    agent = blueprints.spec(body.agent_name) if body.agent_name is not None else body.agent
+
     async def produce() -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,
             session_id=body.session_id,
             metadata=body.metadata,
-            agent=body.agent.model_dump(),
+            agent=agent.model_dump(),
             binding=body.binding,
             max_items=body.max_items,
         )
@@ -161,7 +175,13 @@ async def patch_session(
     summary="Erase a session, its events, snapshots and runs",
     responses=_COMMON,
 )
-async def delete_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> Response:
+async def delete_session(
+    session_id: str, request: Request, tenant: TenantDep, runtime: RuntimeDep
+) -> Response:
+    processes = request.app.state.processes
+    if processes is not None:
+        # An erased session's processes would run on for nobody until their time cap.
+        await processes.stop_session(tenant.tenant_id, session_id)
     await runtime.delete(tenant.tenant_id, session_id)
     return Response(status_code=204)
 
@@ -268,6 +288,7 @@ async def fork_session(
             new_session_id=fork.session_id,
             metadata=fork.metadata,
             binding=fork.binding,
+            rebind=fork.rebind,
         )
         return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
 
@@ -322,7 +343,7 @@ async def get_memory(
     tenant: TenantDep,
     runtime: RuntimeDep,
     full: bool = False,
-    after_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> dict:
     loaded = await runtime.load(tenant.tenant_id, session_id)

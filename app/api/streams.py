@@ -34,32 +34,11 @@ from app.store.subscription import Subscription
 
 router = APIRouter(tags=["streams"])
 
-_SSE_FRAME = {
-    "type": "object",
-    "description": "One SSE frame.",
-    "properties": {
-        "id": {
-            "type": "string",
-            "description": "Committed events only: the seq (session stream) or an opaque "
-            "cursor (tenant stream). Resume with it as Last-Event-ID.",
-        },
-        "event": {
-            "type": "string",
-            "description": "The event type, or a control frame: overflow, shutdown, ERROR, delta.",
-        },
-        "data": {
-            "type": "string",
-            "contentMediaType": "application/json",
-            "description": "A JSON object: the event, a delta, {resume_after, detail}, or a "
-            "problem.",
-        },
-        "retry": {"type": "integer", "description": "Sent once, first."},
-    },
-}
 _SSE_DOC = {
-    "description": "Server-Sent Events. Committed events carry `id`; control frames, deltas "
-    "and comment pings never do.",
-    "content": {"text/event-stream": {"schema": _SSE_FRAME}},
+    "description": "Server-Sent Events. Committed events: `id` (session stream: the seq; "
+    "tenant stream: an opaque cursor), `event` = type, `data` = event JSON. Control frames "
+    "(`overflow`, `shutdown`, `ERROR`, deltas, pings) carry no id.",
+    "content": {"text/event-stream": {"schema": {"type": "object"}}},
 }
 LastEventId = Annotated[
     str | None,

@@ -38,6 +38,7 @@ def session_display(loaded: Loaded) -> dict[str, Any]:
             "messages": kinds.count("message"),
             "function_calls": kinds.count("function_call"),
             "function_call_outputs": kinds.count("function_call_output"),
+            "processes": len(state.processes),
         },
         "estimated_tokens": state.estimated_tokens(),
         "has_summary": state.summary is not None,

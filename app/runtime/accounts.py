@@ -20,6 +20,7 @@ class AccountStorePort(Protocol):
     async def create_tenant(self, name: str) -> TenantRecord: ...
     async def get_tenant_by_name(self, name: str) -> TenantRecord | None: ...
     async def count_tenants(self) -> int: ...
+    async def list_tenants(self) -> list[TenantRecord]: ...
     async def create_api_key(
         self, tenant_id: str, *, prefix: str, secret_hash: str, name: str
     ) -> ApiKeyRecord: ...
@@ -44,6 +45,16 @@ class Accounts:
 
     async def create_tenant(self, name: str) -> TenantRecord:
         return await self._store.create_tenant(name)
+
+    async def list_tenants(self) -> list[TenantRecord]:
+        return await self._store.list_tenants()
+
+    async def tenant_id_of(self, tenant_name: str) -> str:
+        """The id of the named tenant (operators name tenants; the store keys by id)."""
+        tenant = await self._store.get_tenant_by_name(tenant_name)
+        if tenant is None:
+            raise TenantNotFound(f"tenant {tenant_name!r} not found")
+        return tenant.tenant_id
 
     async def create_key(
         self, tenant_name: str, *, name: str = "default"

@@ -7,24 +7,31 @@ knows about HTTP.
     AgentSessionError
     ├── NotFound
     │   ├── SessionNotFound          (also: another tenant's session)
-    │   └── SnapshotNotFound
+    │   ├── SnapshotNotFound
+    │   ├── ProcessNotFound
+    │   └── ProcessesDisabled        (the process plane is off: its routes do not exist)
     ├── Conflict
     │   ├── SessionAlreadyExists
     │   ├── SeqConflict              (append with a stale expected_seq; carries current_seq)
     │   ├── VersionConflict          (If-Match on a stale version; carries current version)
     │   ├── BindingMismatch
     │   ├── RunAlreadyActive / RunNotActive / RunFenced / NothingPending
+    │   ├── ProcessNotRunning        (stdin to a process that has ended)
     │   └── IdempotencyInFlight
     ├── InvalidRequest
     │   ├── InvalidForkPoint
     │   ├── InvalidItems
     │   ├── IdempotencyKeyReused     (same key, different body)
+    │   ├── CommandNotAllowed        (not on the allowlist, or on the denylist)
+    │   ├── WorkspaceOutsideRoot     (a workspace name that would leave the root)
+    │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
     │   ├── InvalidCursor            (a malformed stream cursor)
     │   │   └── CursorOutOfRange     (beyond the session's last seq)
     │   └── PayloadTooLarge
     ├── TooManyRequests          (429, with Retry-After)
-    │   └── TooManyStreams       (the tenant's cap on open streams on one server)
+    │   └── TooManyProcesses     (the tenant's live processes on this server)
     ├── Unauthorized
+    ├── TooManyStreams               (the tenant's cap on open streams; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
 """
 
@@ -64,6 +71,22 @@ class RunNotFound(NotFound):
 
 class SnapshotNotFound(NotFound):
     code = "snapshot_not_found"
+
+
+class ProcessNotFound(NotFound):
+    code = "process_not_found"
+
+    def __init__(self, process_id: str) -> None:
+        super().__init__(f"process {process_id!r} not found in this session")
+
+
+class ProcessesDisabled(NotFound):
+    """The process plane is off (ASR_PROCESSES_ENABLED=false): its routes answer 404."""
+
+    code = "processes_disabled"
+
+    def __init__(self) -> None:
+        super().__init__("background processes are disabled on this server")
 
 
 class TenantNotFound(NotFound):
@@ -148,6 +171,13 @@ class BindingMismatch(Conflict):
     code = "binding_mismatch"
 
 
+class ProcessNotRunning(Conflict):
+    code = "process_not_running"
+
+    def __init__(self, process_id: str, status: str) -> None:
+        super().__init__(f"process {process_id!r} is {status}, not running", process_status=status)
+
+
 class IdempotencyInFlight(Conflict):
     code = "idempotency_in_flight"
 
@@ -176,6 +206,25 @@ class IdempotencyKeyReused(InvalidRequest):
 
     def __init__(self) -> None:
         super().__init__("this Idempotency-Key was used with a different request")
+
+
+class CommandNotAllowed(InvalidRequest):
+    code = "command_not_allowed"
+
+
+class WorkspaceOutsideRoot(InvalidRequest):
+    code = "workspace_outside_root"
+
+
+class DelegationTooDeep(InvalidRequest):
+    code = "delegation_too_deep"
+
+    def __init__(self, depth: int, max_depth: int) -> None:
+        super().__init__(
+            f"delegation refused: the child would be at depth {depth}, the limit is {max_depth}",
+            depth=depth,
+            max_depth=max_depth,
+        )
 
 
 class PayloadTooLarge(AgentSessionError):
@@ -218,10 +267,22 @@ class CursorOutOfRange(InvalidCursor):
         )
 
 
-class TooManyStreams(TooManyRequests):
+class TooManyStreams(AgentSessionError):
     code = "too_many_streams"
 
     def __init__(self, limit: int) -> None:
         super().__init__(
             f"this tenant already has {limit} open streams on this server", retry_after=5
+        )
+
+
+class TooManyProcesses(TooManyRequests):
+    """The tenant's cap on live processes on this server."""
+
+    code = "too_many_processes"
+
+    def __init__(self, limit: int, retry_after: int) -> None:
+        super().__init__(
+            f"this tenant already has {limit} live processes on this server",
+            retry_after=retry_after,
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -30,7 +30,7 @@ from app.runtime.models.base import (
 )
 from app.runtime.ports import AppendResult
 from app.runtime.state import SessionState
-from app.runtime.tools import Tool, ToolError, ToolRegistry
+from app.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry
 
 
 class StopReason(StrEnum):
@@ -101,8 +101,10 @@ class LoopController:
         write: Write,
         load: LoadState,
         publish: Publish,
+        context: ToolContext | None = None,
     ) -> None:
         self.run_id = run_id
+        self.context = context
         self.opts = options
         self.model = model
         self.tools = tools
@@ -324,17 +326,18 @@ class LoopController:
         for call in response.tool_calls:
             if kinds[call.call_id] != "server":
                 continue
-            output, is_error = await self._execute(call.name, call.arguments)
+            output, is_error = await self._execute(call.name, call.arguments, call.call_id)
             failed = failed or is_error
             results.append(self._result(call.call_id, output, is_error, turn_id))
         return results, failed
 
-    async def _execute(self, name: str, arguments: str) -> tuple[str, bool]:
+    async def _execute(self, name: str, arguments: str, call_id: str) -> tuple[str, bool]:
         tool = next((t for t in self.opts.server_tools if t.name == name), None)
         if tool is None:
             return f"error: no tool named {name!r} is available", True
+        context = replace(self.context, call_id=call_id) if self.context is not None else None
         try:
-            return await self.tools.execute(tool, arguments), False
+            return await self.tools.execute(tool, arguments, context), False
         except ToolError as exc:
             return f"error: {exc}", True
 
@@ -356,7 +359,9 @@ class LoopController:
             if call.get("kind") != "approval" or decision is None:
                 continue
             if decision == "approve":
-                output, is_error = await self._execute(call["name"], call.get("arguments", "{}"))
+                output, is_error = await self._execute(
+                    call["name"], call.get("arguments", "{}"), call_id
+                )
             else:
                 reason = call.get("reason") or "no reason given"
                 output, is_error = f"rejected by the user: {reason}", False

@@ -3,7 +3,8 @@
 `fold(state, events)` is pure and total: it never mutates its input (items are shared,
 never edited in place), and an event type it
 does not know is skipped (old ledgers and newer writers never crash a reader). Only the
-memory event types of the DESIGN change memory; MODEL_RESPONSE contributes token usage.
+memory event types of the DESIGN change memory; MODEL_RESPONSE contributes token usage, and
+PROCESS_STARTED / PROCESS_EXITED keep the session's process snapshots.
 """
 
 from __future__ import annotations
@@ -105,6 +106,61 @@ def _add_usage(state: SessionState, payload: dict[str, Any]) -> None:
             state.usage[key] = state.usage.get(key, 0) + value
 
 
+def _process_started(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+    process_id = payload.get("process_id")
+    if not process_id:
+        return
+    state.processes[process_id] = {
+        "process_id": process_id,
+        "pid": payload.get("pid"),
+        "command": list(payload.get("command") or []),
+        "workspace": payload.get("workspace"),
+        "run_id": payload.get("run_id"),
+        "started_at": payload.get("started_at"),
+        "started_seq": seq,
+        "status": "running",
+        "exit_code": None,
+        "reason": None,
+        "output_bytes": 0,
+        "finished_at": None,
+        "exited_seq": None,
+    }
+
+
+def _process_exited(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+    # "service_stopped": the service ended while the process ran and killed it; the process
+    # did not finish on its own, so readers see it as restored, with its last known output.
+    process_id = payload.get("process_id")
+    if not process_id:
+        return
+    known = state.processes.get(process_id) or {"process_id": process_id, "command": []}
+    reason = payload.get("reason")
+    state.processes[process_id] = {
+        **known,
+        "status": "restored" if reason == "service_stopped" else "exited",
+        "exit_code": payload.get("exit_code"),
+        "reason": reason,
+        "output_bytes": payload.get("output_bytes", known.get("output_bytes", 0)),
+        "finished_at": payload.get("finished_at"),
+        "exited_seq": seq,
+    }
+
+
+def _forked(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+    # A fork copies the parent's process records but not the processes: they keep running
+    # for the parent, so in the child they are history.
+    for process_id, process in list(state.processes.items()):
+        if process.get("status") == "running":
+            state.processes[process_id] = {**process, "status": "restored", "reason": "forked"}
+
+
+# Handlers that also need the event's seq (to point back at the event that holds more).
+APPLY_AT: dict[str, Callable[[SessionState, dict[str, Any], int], None]] = {
+    EventType.PROCESS_STARTED: _process_started,
+    EventType.PROCESS_EXITED: _process_exited,
+    EventType.SESSION_FORKED: _forked,
+}
+
 APPLY: dict[str, Apply] = {
     EventType.USER_INPUT: _append_item,
     EventType.MEMORY_ITEMS_APPENDED: _append_items,
@@ -170,6 +226,9 @@ def apply_event(state: SessionState, event: Event) -> None:
     """Fold one event into `state` in place (callers own the state they pass)."""
     if event.seq <= state.seq:
         return  # already folded: a snapshot at or past this event covers it
+    at = APPLY_AT.get(event.type)
+    if at is not None:
+        at(state, event.payload, event.seq)
     handler = APPLY.get(event.type)
     if handler is not None:
         handler(state, event.payload)

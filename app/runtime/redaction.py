@@ -1,4 +1,5 @@
-"""Secret redaction: the one filter every persisted string passes through.
+"""Secret redaction: the one filter every persisted string passes through (it also replaces
+NUL characters, which PostgreSQL cannot store in text or JSONB).
 
 Strings that look like credentials (provider API keys, bearer tokens, cloud keys, private
 keys, our own API keys, `key=value` secrets) are replaced by a marker before an event or a
@@ -34,6 +35,8 @@ class Redactor:
         self._patterns = [re.compile(p) for p in (*DEFAULT_PATTERNS, *extra_patterns)]
 
     def text(self, value: str) -> str:
+        # NUL cannot be stored in PostgreSQL text or JSONB; it never carries meaning here.
+        value = value.replace("\x00", "\ufffd")
         for pattern in self._patterns:
             if pattern.groups:
                 value = pattern.sub(lambda m: m.group(1) + MARKER, value)

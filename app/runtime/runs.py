@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from app.logs import task_context
 from app.runtime.agent import AgentSpec
 from app.runtime.compact import auto_compact
 from app.runtime.compaction import ModelSummarizer, ScriptedSummarizer, Summarizer
@@ -37,12 +38,14 @@ from app.runtime.errors import (
 )
 from app.runtime.events import EventType, NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
-from app.runtime.models.base import ModelClient, ToolSpec
+from app.runtime.models.base import ModelClient, ModelError, ToolSpec
+from app.runtime.observer import Observer
 from app.runtime.ports import AppendResult, RunFinish, RunRecord
 from app.runtime.redaction import Redactor
 from app.runtime.service import SessionRuntime
 from app.runtime.state import SessionState
-from app.runtime.tools import ToolRegistry
+from app.runtime.tools import ToolContext, ToolRegistry
+from app.tracing import span
 
 log = logging.getLogger("app.runs")
 T = TypeVar("T")
@@ -110,6 +113,7 @@ class RunManager:
         lease_seconds: float = 30.0,
         sweep_seconds: float = 5.0,
         queue_poll_seconds: float = 0.1,
+        shutdown_event: asyncio.Event | None = None,
         redactor: Redactor | None = None,
         max_live_runs_per_tenant: int = 32,
         max_runs_per_minute: int = 600,
@@ -119,6 +123,9 @@ class RunManager:
         self.max_runs_per_minute = max_runs_per_minute
         self._recent: dict[str, collections.deque[float]] = {}
         self.runtime = runtime
+        # Set when the process starts shutting down: run streams send a final `shutdown`
+        # frame and end, so the server's drain is not held open by them.
+        self.shutdown_event = shutdown_event or asyncio.Event()
         self.store = store
         self.models = models
         self.tools = tools
@@ -177,6 +184,8 @@ class RunManager:
         live.task = asyncio.create_task(
             self._execute(record, options, start_events if queued else None, live),
             name=f"run:{run_id}",
+            # The run's log lines name it (and its session), not the request that started it.
+            context=task_context(tenant_id=tenant_id, session_id=session_id, run_id=run_id),
         )
         return record
 
@@ -279,6 +288,7 @@ class RunManager:
     ) -> None:
         stop_heartbeat = asyncio.Event()
         heartbeat = asyncio.create_task(self._heartbeat(run, live, stop_heartbeat))
+        started = time.monotonic()
         try:
             if queued_events is not None:
                 claimed = await self._wait_for_turn(run, queued_events, live)
@@ -289,14 +299,24 @@ class RunManager:
             controller = LoopController(
                 run_id=run.run_id,
                 options=options,
-                model=_Interruptible(self.model_for(session.agent), live.interrupted),
+                model=_Interruptible(
+                    self.model_for(session.agent),
+                    live.interrupted,
+                    provider=AgentSpec.model_validate(session.agent or {}).provider,
+                    observer=self.runtime.observer,
+                ),
                 tools=_InterruptibleTools(self.tools, live.interrupted),
                 write=lambda events, progress: self._write(run, live, events, progress),
                 load=lambda: self._state(run),
                 publish=lambda frame: self._publish(run, live, frame),
+                context=ToolContext(run.tenant_id, run.session_id, run.run_id),
             )
             outcome = await controller.run()
             await self._finish(run, live, outcome, controller)
+            self.runtime.observer.run_finished(
+                stop_reason=str(outcome.stop_reason or outcome.status.upper()),
+                seconds=time.monotonic() - started,
+            )
             await auto_compact(
                 self.runtime, run.tenant_id, run.session_id, self.summarizer_for(session.agent)
             )
@@ -305,6 +325,9 @@ class RunManager:
         except Exception as exc:  # a bug or an unexpected failure: the run fails, visibly
             log.exception("run %s failed unexpectedly", run.run_id)
             await self._fail(run, live, exc)
+            self.runtime.observer.run_finished(
+                stop_reason="FAILED", seconds=time.monotonic() - started
+            )
         finally:
             stop_heartbeat.set()
             await heartbeat
@@ -500,6 +523,10 @@ class RunManager:
             NewEvent(EventType.RUN_FINISHED, {"status": "interrupted", "stop_reason": stop}, run_id)
         )
         await self.store.close_fenced_run(tenant_id, run_id, events=events)
+        began = run.started_at or run.created_at
+        self.runtime.observer.run_finished(
+            stop_reason=stop, seconds=(datetime.now(UTC) - began).total_seconds()
+        )
 
     async def sweep_once(self) -> int:
         """Interrupt runs whose lease expired and close fenced runs left open; returns count."""
@@ -515,6 +542,7 @@ class RunManager:
                     )
                     if fenced is None:
                         continue
+                    self.runtime.observer.lease_expired()
                 await self.close(run.tenant_id, run.run_id, reason="lease_expired")
                 closed += 1
             except Exception:
@@ -546,7 +574,8 @@ class RunManager:
                 await asyncio.wait_for(asyncio.gather(*pending), grace_seconds)
         for run_id, live in list(self._live.items()):
             task = live.task
-            live.interrupted.set()
+            # cancel() fences the run before it interrupts it; interrupting first would let
+            # the loop write its own ending (a failed run) before the fence.
             with contextlib.suppress(AgentSessionError):
                 await self.cancel(live.run.tenant_id, live.run.session_id, run_id)
             if task is not None:
@@ -558,14 +587,35 @@ class RunManager:
 
 
 class _Interruptible:
-    """A model client whose call ends at once when the run is interrupted."""
+    """A model client whose call ends at once when the run is interrupted, and whose calls
+    are reported to the observer (latency, tokens, outcome; an interrupted call is not)."""
 
-    def __init__(self, inner: ModelClient, interrupted: asyncio.Event) -> None:
+    def __init__(
+        self, inner: ModelClient, interrupted: asyncio.Event, *, provider: str, observer: Observer
+    ) -> None:
         self.inner = inner
         self.interrupted = interrupted
+        self.provider = provider
+        self.observer = observer
 
     async def complete(self, request: Any, on_delta: Any) -> Any:
-        return await race(self.inner.complete(request, on_delta), self.interrupted)
+        started = time.monotonic()
+        try:
+            with span("model.call", provider=self.provider):
+                response = await race(self.inner.complete(request, on_delta), self.interrupted)
+        except ModelError:
+            self.observer.model_call(
+                provider=self.provider, seconds=time.monotonic() - started, ok=False
+            )
+            raise
+        usage = response.usage or {}
+        self.observer.model_call(
+            provider=self.provider,
+            seconds=time.monotonic() - started,
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+        )
+        return response
 
 
 class _InterruptibleTools(ToolRegistry):
@@ -576,8 +626,11 @@ class _InterruptibleTools(ToolRegistry):
     def get(self, name: str) -> Any:
         return self.inner.get(name)
 
-    async def execute(self, tool: Any, raw_arguments: str) -> str:
-        return await race(self.inner.execute(tool, raw_arguments), self.interrupted)
+    async def execute(
+        self, tool: Any, raw_arguments: str, context: ToolContext | None = None
+    ) -> str:
+        with span("tool.execute", tool=tool.name):
+            return await race(self.inner.execute(tool, raw_arguments, context), self.interrupted)
 
 
 async def race(coro: Coroutine[Any, Any, T], interrupted: asyncio.Event) -> T:

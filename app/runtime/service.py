@@ -18,6 +18,7 @@ from app.runtime.errors import (
     BindingMismatch,
     InvalidForkPoint,
     InvalidItems,
+    InvalidRequest,
     SeqConflict,
     SessionNotFound,
     TooManyRequests,
@@ -26,6 +27,7 @@ from app.runtime.errors import (
 from app.runtime.events import Event, EventType, NewEvent
 from app.runtime.memory import normalize_items
 from app.runtime.metadata import check_metadata_size
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
     IdempotencyClaim,
@@ -68,10 +70,13 @@ class SessionRuntime:
         *,
         limits: Limits | None = None,
         live: LiveFrames | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.limits = limits or Limits()
         self.live: LiveFrames = live or NoLiveFrames()
+        # Runs report their stop reason, latency and model calls here (metrics).
+        self.observer: Observer = observer or NullObserver()
         self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
 
     # ------------------------------------------------------------------ reading
@@ -194,7 +199,13 @@ class SessionRuntime:
         agent: dict[str, Any],
         binding: dict[str, Any],
         max_items: int | None = None,
+        parent: SessionRecord | None = None,
     ) -> Loaded:
+        """A new session; with `parent`, a child in the parent's tree (delegation).
+
+        A child keeps the parent's root id, so a whole tree of delegated work can be found
+        from its root; its timeline is its own ledger, starting empty.
+        """
         check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
         if await self.store.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
             raise TooManyRequests(
@@ -207,13 +218,14 @@ class SessionRuntime:
             metadata=metadata,
             agent=agent,
             binding=binding,
+            root_session_id=parent.root_session_id if parent is not None else None,
+            parent_session_id=parent.session_id if parent is not None else None,
         )
-        events = [
-            NewEvent(
-                EventType.SESSION_CREATED,
-                {"metadata": metadata, "agent": agent, "binding": binding},
-            )
-        ]
+        payload: dict[str, Any] = {"metadata": metadata, "agent": agent, "binding": binding}
+        if parent is not None:
+            payload["parent_session_id"] = parent.session_id
+            payload["root_session_id"] = parent.root_session_id
+        events = [NewEvent(EventType.SESSION_CREATED, payload)]
         if max_items is not None:
             events.append(NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items}))
         result = await self.store.create_session(tenant_id, session=new, events=events)
@@ -236,6 +248,10 @@ class SessionRuntime:
             metadata_patch=patch,
         )
         return result.session
+
+    async def append(self, tenant_id: str, session_id: str, events: list[NewEvent]) -> AppendResult:
+        """Append events that change no memory (process lifecycle): no precondition needed."""
+        return await self.store.append_events(tenant_id, session_id, events=events)
 
     async def change_window(
         self, tenant_id: str, session_id: str, max_items: int | None
@@ -330,9 +346,26 @@ class SessionRuntime:
         new_session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         binding: dict[str, Any] | None = None,
+        rebind: bool = False,
     ) -> Loaded:
-        """A new session whose state is the source's fold at `at_seq`; the source is untouched."""
+        """A new session whose state is the source's fold at `at_seq`; the source is untouched.
+
+        The child keeps the source's binding. A `binding` that differs from it is accepted only
+        with `rebind=True`: a fork is a cheap way to continue work elsewhere, and moving it to
+        another workspace by accident (a stale client value) would act on the wrong files.
+
+        Raises:
+            SessionNotFound, InvalidForkPoint, BindingMismatch (a different binding without
+            `rebind`), InvalidRequest (`rebind` without a binding).
+        """
         source = await self.get(tenant_id, session_id)
+        if rebind and binding is None:
+            raise InvalidRequest("rebind needs the new binding")
+        if binding is not None and binding != source.binding and not rebind:
+            raise BindingMismatch(
+                "the fork's binding differs from the source's; send rebind: true to rebind",
+                stored_binding=source.binding,
+            )
         at = source.last_seq if at_seq is None else at_seq
         if not 1 <= at <= source.last_seq:
             raise InvalidForkPoint(
@@ -342,14 +375,14 @@ class SessionRuntime:
             check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
         base = await self.state_at(tenant_id, session_id, at)
         child_id = new_session_id or str(uuid.uuid4())
-        forked = NewEvent(
-            EventType.SESSION_FORKED,
-            {
-                "parent_session_id": session_id,
-                "forked_from_seq": at,
-                "root_session_id": source.root_session_id,
-            },
-        )
+        payload: dict[str, Any] = {
+            "parent_session_id": session_id,
+            "forked_from_seq": at,
+            "root_session_id": source.root_session_id,
+        }
+        if rebind and binding != source.binding:
+            payload["rebound_to"] = binding  # the ledger says where the child was moved
+        forked = NewEvent(EventType.SESSION_FORKED, payload)
         child_state = _fold_new(base, [forked], session_id=child_id)
         result = await self.store.fork_session(
             tenant_id,

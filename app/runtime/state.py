@@ -41,13 +41,16 @@ class SessionState:
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The seq of the last event that evicted or compacted items away (0: memory is whole).
     truncated_through: int = 0
+    # Background processes of the session: process_id -> snapshot (command, status, exit
+    # code, output size). Folded from PROCESS_STARTED / PROCESS_EXITED; never the output.
+    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def memory_json(self) -> dict[str, Any]:
         """Memory alone: what "projection equals live memory" compares."""
         return {"items": self.items, "summary": self.summary}
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "format": STATE_FORMAT,
             "seq": self.seq,
             "memory": self.memory_json(),
@@ -58,6 +61,11 @@ class SessionState:
             "pending": self.pending,
             "truncated_through": self.truncated_through,
         }
+        if self.processes:
+            # Only when there are any: a session that never ran a process keeps exactly the
+            # snapshot shape (and content hash) it had before processes existed.
+            data["processes"] = self.processes
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SessionState:
@@ -72,6 +80,7 @@ class SessionState:
             breaker={**_closed_breaker(), **(data.get("breaker") or {})},
             pending={k: dict(v) for k, v in (data.get("pending") or {}).items()},
             truncated_through=int(data.get("truncated_through", 0)),
+            processes={k: dict(v) for k, v in (data.get("processes") or {}).items()},
         )
 
     def copy(self) -> SessionState:
@@ -91,6 +100,7 @@ class SessionState:
             breaker=dict(self.breaker),
             pending={k: dict(v) for k, v in self.pending.items()},
             truncated_through=self.truncated_through,
+            processes={k: dict(v) for k, v in self.processes.items()},
         )
 
     def estimated_tokens(self) -> int:

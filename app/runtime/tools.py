@@ -13,11 +13,24 @@ import operator
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from app.runtime.models.base import ToolSpec
 
 Handler = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling: tools that act on their session (processes, delegation) need it."""
+
+    tenant_id: str
+    session_id: str
+    run_id: str | None = None
+    call_id: str | None = None
+
+
+ContextHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
 
 class ToolError(Exception):
@@ -29,8 +42,10 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    handler: Handler
+    handler: Handler | ContextHandler
     timeout_seconds: float = 10.0
+    # True: the handler is a ContextHandler and receives the calling session's ToolContext.
+    needs_context: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -154,6 +169,14 @@ class ToolRegistry:
     def __init__(self, tools: tuple[Tool, ...] = BUILTINS) -> None:
         self._tools = {t.name: t for t in tools}
 
+    def register(self, tool: Tool) -> None:
+        """Add a tool built outside the runtime's defaults (its handler injected by main)."""
+        self._tools[tool.name] = tool
+
+    def listing(self) -> list[Tool]:
+        """Every registered server tool, by name."""
+        return [self._tools[n] for n in self.names()]
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
@@ -166,10 +189,18 @@ class ToolRegistry:
             return list(self._tools.values())
         return [self._tools[n] for n in allowed if n in self._tools]
 
-    async def execute(self, tool: Tool, raw_arguments: str) -> str:
+    async def execute(
+        self, tool: Tool, raw_arguments: str, context: ToolContext | None = None
+    ) -> str:
         """Run a tool; raises ToolError on bad arguments, failure or timeout."""
         args = check_arguments(tool.parameters, raw_arguments)
+        if tool.needs_context:
+            if context is None:
+                raise ToolError(f"{tool.name} can only run inside a session")
+            work = cast(ContextHandler, tool.handler)(args, context)
+        else:
+            work = cast(Handler, tool.handler)(args)
         try:
-            return await asyncio.wait_for(tool.handler(args), timeout=tool.timeout_seconds)
+            return await asyncio.wait_for(work, timeout=tool.timeout_seconds)
         except TimeoutError as exc:
             raise ToolError(f"{tool.name} timed out after {tool.timeout_seconds} s") from exc

@@ -56,6 +56,12 @@ class AccountStore(StoreBase):
             row = (await conn.execute(select(tenants).where(tenants.c.name == name))).first()
         return _tenant(row) if row is not None else None
 
+    async def list_tenants(self) -> list[TenantRecord]:
+        """Every tenant, by name (operators' listing)."""
+        async with self.read() as conn:
+            rows = (await conn.execute(select(tenants).order_by(tenants.c.name))).all()
+        return [_tenant(r) for r in rows]
+
     async def count_tenants(self) -> int:
         async with self.read() as conn:
             return int((await conn.execute(select(func.count()).select_from(tenants))).scalar_one())

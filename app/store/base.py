@@ -13,9 +13,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.events import Event
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION
 from app.store.notify import Announcer
+from app.tracing import span
 
 
 def utcnow() -> datetime:
@@ -29,6 +31,9 @@ def as_utc(value: datetime) -> datetime:
 
 class StoreBase:
     """Owns the engine and opens read and write transactions on it."""
+
+    # Told about committed events (metrics); AgentSessionStore takes the real one.
+    observer: Observer = NullObserver()
 
     def __init__(self, engine: AsyncEngine, *, notify: bool = True) -> None:
         self.engine = engine
@@ -45,21 +50,26 @@ class StoreBase:
 
         The sessions whose events it inserted (`touch`) are announced: one NOTIFY each as
         the transaction's last statement, so only a commit delivers it, and this process's
-        listeners right after the commit.
+        listeners right after the commit. Events inserted in it are reported to the observer
+        (metrics) after the commit, once per transaction; a rolled-back one reports nothing.
         """
-        async with AsyncExitStack() as stack:
-            if self._write_lock is not None:
-                await stack.enter_async_context(self._write_lock)
-            conn = await stack.enter_async_context(self.engine.connect())
-            await conn.execution_options(**{WRITE_OPTION: True})
-            self.announcer.begin(conn)
-            try:
-                async with conn.begin():
-                    yield conn
-                    wakeups = await self.announcer.before_commit(conn)
-            finally:
-                self.announcer.discard(conn)
-        self.announcer.after_commit(wakeups)
+        appended: list[str] = []
+        with span("store.write", **{"db.system": self.engine.dialect.name}):
+            async with AsyncExitStack() as stack:
+                if self._write_lock is not None:
+                    await stack.enter_async_context(self._write_lock)
+                conn = await stack.enter_async_context(self.engine.connect())
+                await conn.execution_options(**{WRITE_OPTION: True})
+                self.announcer.begin(conn)
+                try:
+                    async with conn.begin(), _collecting(conn, appended):
+                        yield conn
+                        wakeups = await self.announcer.before_commit(conn)
+                finally:
+                    self.announcer.discard(conn)
+            self.announcer.after_commit(wakeups)
+        if appended:
+            self.observer.events_appended(appended)
 
     def touch(self, conn: AsyncConnection, tenant_id: str, session_id: str, last_seq: int) -> None:
         """Mark this write transaction as having inserted events of the session."""
@@ -74,6 +84,26 @@ class StoreBase:
     def insert(self, table: Any) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT DO NOTHING on both databases."""
         return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+
+
+_APPENDED = "asr_appended_event_types"
+
+
+@asynccontextmanager
+async def _collecting(conn: AsyncConnection, into: list[str]) -> AsyncIterator[None]:
+    # conn.info lives as long as the pooled DBAPI connection: always take the list off again.
+    conn.info[_APPENDED] = into
+    try:
+        yield
+    finally:
+        conn.info.pop(_APPENDED, None)
+
+
+def note_appended(conn: AsyncConnection, types: list[str]) -> None:
+    """Record event types inserted in this write transaction (reported after commit)."""
+    collected = conn.info.get(_APPENDED)
+    if collected is not None:
+        collected.extend(types)
 
 
 def session_from_row(row: Row[Any]) -> SessionRecord:

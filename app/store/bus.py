@@ -338,7 +338,8 @@ async def _close(conn: asyncpg.Connection, *, graceful: bool) -> None:
 
 def listen_dsn(settings: Settings) -> str:
     """The asyncpg DSN of the LISTEN connection: ASR_LISTEN_DATABASE_URL, else the DB URL."""
-    url = make_url(settings.listen_database_url or settings.database_url)
+    # A pooler in transaction mode cannot LISTEN: prefer the LISTEN URL, then the direct one.
+    url = make_url(settings.listen_database_url or settings.direct_url)
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 

@@ -32,7 +32,26 @@ def make_engine(settings: Settings) -> AsyncEngine:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=True,
+        connect_args=pgbouncer_connect_args() if settings.db_pgbouncer else {},
     )
+
+
+def pgbouncer_connect_args() -> dict[str, Any]:
+    """asyncpg arguments for PgBouncer in transaction pooling mode.
+
+    Consecutive transactions of one client connection may run on different server
+    connections, so a statement prepared in one may be missing, or exist under the same name
+    from another client, in the next. So: no statement cache in asyncpg
+    (`statement_cache_size`) or in SQLAlchemy's adapter (`prepared_statement_cache_size`),
+    and a unique name for every prepared statement. Every statement of ours runs inside an
+    explicit transaction, where PgBouncer keeps one server connection, so prepare-then-execute
+    stays on one server.
+    """
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": lambda: f"__asyncpg_{uuid.uuid4().hex}__",
+    }
 
 
 def _install_sqlite_hooks(engine: AsyncEngine) -> None:

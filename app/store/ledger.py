@@ -48,7 +48,14 @@ from app.runtime.ports import (
 )
 from app.runtime.redaction import Redactor
 from app.runtime.state import state_hash
-from app.store.base import StoreBase, as_utc, event_from_row, session_from_row, utcnow
+from app.store.base import (
+    StoreBase,
+    as_utc,
+    event_from_row,
+    note_appended,
+    session_from_row,
+    utcnow,
+)
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
@@ -58,7 +65,7 @@ class LedgerStore(StoreBase):
     """Tenant-scoped reads and writes of sessions, events and snapshots."""
 
     max_metadata_bytes: int = 16_384
-    max_event_bytes: int = 1_048_576
+    max_event_bytes: int = 2_097_152
     redactor: Redactor = Redactor()
 
     def _persistable(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -116,9 +123,9 @@ class LedgerStore(StoreBase):
                 parent_session_id=session.parent_session_id,
                 forked_from_seq=session.forked_from_seq,
                 status="idle",
-                metadata=session.metadata,
-                agent=session.agent,
-                binding=session.binding,
+                metadata=self.redactor.value(session.metadata),
+                agent=self.redactor.value(session.agent),
+                binding=self.redactor.value(session.binding),
                 last_seq=last_seq,
                 version=1,
                 active_run_id=None,
@@ -273,7 +280,7 @@ class LedgerStore(StoreBase):
     async def _patch_metadata(
         self, conn: AsyncConnection, record: SessionRecord, patch: dict[str, Any]
     ) -> SessionRecord:
-        merged = merge_patch(record.metadata, patch)
+        merged = self.redactor.value(merge_patch(record.metadata, patch))
         check_metadata_size(merged, limit=self.max_metadata_bytes)
         await conn.execute(
             update(sessions)
@@ -297,6 +304,9 @@ class LedgerStore(StoreBase):
         if not events:
             return []
         self.touch(conn, session.tenant_id, session.session_id, session.last_seq)
+        # Counted for metrics once the transaction commits (see StoreBase.write); a fork's
+        # copied prefix (_copy_events) is not new and is not counted.
+        note_appended(conn, [str(e.type) for e in events])
         now = utcnow()
         rows = [
             {
@@ -482,6 +492,7 @@ class LedgerStore(StoreBase):
                 conn, record, events, first_seq=at_seq + 1, xact_id=xact_id
             )
             await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+        # Only the child's own events count as appended; the copied prefix is not new.
         return AppendResult(session=record, events=written)
 
     async def _copy_events(

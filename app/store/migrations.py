@@ -9,6 +9,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,3 +30,17 @@ def upgrade_head(database_url: str) -> None:
 
 def downgrade_base(database_url: str) -> None:
     command.downgrade(alembic_config(database_url), "base")
+
+
+def script_revisions() -> tuple[str, frozenset[str]]:
+    """(head, every revision) of the migration scripts this code ships.
+
+    Read from disk with no database I/O; the app reads it once at start and compares the
+    database's revision with it on every readiness probe.
+    """
+    script = ScriptDirectory.from_config(alembic_config("sqlite+aiosqlite://"))
+    heads = script.get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations must have exactly one head, found {heads}")
+    known = frozenset(rev.revision for rev in script.walk_revisions())
+    return heads[0], known

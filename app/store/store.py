@@ -5,15 +5,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.runtime.observer import NullObserver, Observer
 from app.runtime.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.idempotency import IdempotencyStore
+from app.store.maintenance import MaintenanceStore
 from app.store.runs import RunStore
 
 
-class AgentSessionStore(RunStore, AccountStore, IdempotencyStore):
+class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceStore):
     """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
 
     def __init__(
@@ -23,11 +26,13 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore):
         max_metadata_bytes: int = 16_384,
         idempotency_ttl_seconds: int = 86_400,
         idempotency_lock_seconds: int = 60,
-        notify: bool = True,
-        max_event_bytes: int = 1_048_576,
+        observer: Observer | None = None,
+        max_event_bytes: int = 2_097_152,
         redactor: Redactor | None = None,
+        notify: bool = True,
     ) -> None:
         super().__init__(engine, notify=notify)
+        self.observer = observer or NullObserver()
         self.max_metadata_bytes = max_metadata_bytes
         self.max_event_bytes = max_event_bytes
         self.redactor = redactor or Redactor()
@@ -38,3 +43,22 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore):
         """Round trip to the database (readiness)."""
         async with self.read() as conn:
             await conn.execute(text("SELECT 1"))
+
+    async def get_schema_revision(self) -> str | None:
+        """The Alembic revision the database is at; None when it was never migrated.
+
+        Raises whatever the driver raises when the database is unreachable (readiness turns
+        that into a reason).
+        """
+        async with self.read() as conn:
+            try:
+                async with conn.begin_nested():
+                    result = await conn.execute(text("SELECT version_num FROM alembic_version"))
+                    row = result.first()
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise
+                # No alembic_version table yet. The savepoint keeps PostgreSQL's transaction
+                # usable after the error.
+                return None
+        return row[0] if row is not None else None

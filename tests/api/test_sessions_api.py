@@ -172,3 +172,21 @@ async def test_fork_errors(client: httpx.AsyncClient) -> None:
     await client.post(f"/v1/sessions/{sid}/fork", json={"session_id": "taken"})
     taken = await client.post(f"/v1/sessions/{sid}/fork", json={"session_id": "taken"})
     assert taken.status_code == 409 and taken.json()["code"] == "session_exists"
+
+
+async def test_nul_characters_are_stored_as_replacement_characters(
+    client: httpx.AsyncClient,
+) -> None:
+    """Regression (found by schemathesis on PostgreSQL): JSONB cannot hold U+0000, and an
+    insert with one failed with a 500. Every persisted string now has NUL replaced."""
+    created = await client.post("/v1/sessions", json={"metadata": {"k\u0000": "v\u0000"}})
+    assert created.status_code == 201
+    assert created.json()["metadata"] == {"k\ufffd": "v\ufffd"}
+    sid = created.json()["session_id"]
+    item = {"type": "message", "role": "user", "content": "a\u0000b"}
+    assert (
+        await client.post(f"/v1/sessions/{sid}/items", json={"items": [item]})
+    ).status_code == 201
+    memory = (await client.get(f"/v1/sessions/{sid}/memory")).json()
+    assert memory["items"][0]["content"] == "a\ufffdb"
+    assert (await client.get(f"/v1/sessions/{sid}/projection")).json()["equals_live"]

@@ -118,6 +118,8 @@ VALID_BODIES = {
     "": {"metadata": {"k": "v"}},  # PATCH
     "/tool-outputs": {"outputs": [{"call_id": "c", "output": "x"}]},
     "/approvals": {"call_id": "c", "decision": "approve"},
+    "/delegate": {"input": "x"},
+    "/processes": {"command": "true"},
 }
 
 

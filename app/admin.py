@@ -1,0 +1,221 @@
+"""The operator verbs of `asr` that read or change sessions: tenants, sessions, retention.
+
+Each verb is an async function over a `Toolkit` (store, runtime, accounts built from the
+settings) that writes its result to `out`, as JSON Lines where the output is data, so that
+it pipes into `jq` and into `asr sessions import`. `app.cli` parses arguments and calls
+these; nothing here parses arguments or exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from app.runtime.accounts import Accounts
+from app.runtime.ports import SessionRecord
+from app.runtime.retention import RetentionPolicy, apply_retention
+from app.runtime.service import Limits, SessionRuntime
+from app.runtime.transfer import export_ledger, import_ledger, parse_export
+from app.settings import Settings
+from app.store.engine import make_engine
+from app.store.store import AgentSessionStore
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    store: AgentSessionStore
+    runtime: SessionRuntime
+    accounts: Accounts
+
+
+@asynccontextmanager
+async def toolkit(settings: Settings) -> AsyncIterator[Toolkit]:
+    """Store, runtime and accounts on one engine, disposed of on exit."""
+    engine = make_engine(settings)
+    store = AgentSessionStore(engine, max_metadata_bytes=settings.max_metadata_bytes)
+    runtime = SessionRuntime(
+        store,
+        limits=Limits(
+            max_metadata_bytes=settings.max_metadata_bytes,
+            snapshot_every=settings.snapshot_every,
+        ),
+    )
+    try:
+        yield Toolkit(store=store, runtime=runtime, accounts=Accounts(store))
+    finally:
+        await engine.dispose()
+
+
+def _line(out: TextIO, data: dict[str, Any]) -> None:
+    out.write(json.dumps(data, separators=(",", ":"), default=str) + "\n")
+
+
+def session_row(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "session_id": record.session_id,
+        "status": record.status,
+        "last_seq": record.last_seq,
+        "version": record.version,
+        "root_session_id": record.root_session_id,
+        "parent_session_id": record.parent_session_id,
+        "forked_from_seq": record.forked_from_seq,
+        "active_run_id": record.active_run_id,
+        "metadata": record.metadata,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+    }
+
+
+async def list_tenants(kit: Toolkit, out: TextIO) -> None:
+    for tenant in await kit.accounts.list_tenants():
+        _line(
+            out,
+            {
+                "name": tenant.name,
+                "tenant_id": tenant.tenant_id,
+                "created_at": tenant.created_at.isoformat(),
+            },
+        )
+
+
+async def list_sessions(
+    kit: Toolkit, out: TextIO, *, tenant: str, limit: int, status: str | None
+) -> None:
+    """Newest first, all pages up to `limit` sessions."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    after = None
+    remaining = limit
+    while remaining > 0:
+        page = await kit.runtime.list(
+            tenant_id, limit=min(remaining, 500), after=after, status=status
+        )
+        for record in page:
+            _line(out, session_row(record))
+        if len(page) < min(remaining, 500):
+            return
+        remaining -= len(page)
+        after = (page[-1].created_at, page[-1].session_id)
+
+
+async def show_session(kit: Toolkit, out: TextIO, *, tenant: str, session_id: str) -> None:
+    """The session row and a summary of its state (counts, not contents)."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    loaded = await kit.runtime.load(tenant_id, session_id)
+    state = loaded.state
+    _line(
+        out,
+        {
+            **session_row(loaded.session),
+            "agent": loaded.session.agent,
+            "binding": loaded.session.binding,
+            "memory_items": len(state.items),
+            "has_summary": state.summary is not None,
+            "max_items": state.max_items,
+            "usage": state.usage,
+        },
+    )
+
+
+async def print_events(
+    kit: Toolkit,
+    out: TextIO,
+    *,
+    tenant: str,
+    session_id: str,
+    after_seq: int,
+    limit: int | None,
+    types: list[str] | None,
+) -> int:
+    """Events as JSON Lines; returns the last seq printed (or `after_seq`)."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    last = after_seq
+    remaining = limit
+    while remaining is None or remaining > 0:
+        batch_size = 1000 if remaining is None else min(remaining, 1000)
+        batch = await kit.runtime.list_events(
+            tenant_id, session_id, after_seq=last, types=types, limit=batch_size
+        )
+        for event in batch:
+            _line(out, event.to_json())
+            last = event.seq
+        if remaining is not None:
+            remaining -= len(batch)
+        if len(batch) < batch_size:
+            break
+    out.flush()
+    return last
+
+
+async def tail_events(
+    kit: Toolkit,
+    out: TextIO,
+    *,
+    tenant: str,
+    session_id: str,
+    after_seq: int,
+    interval: float,
+    max_seconds: float | None,
+) -> None:
+    """Print new events as they are committed, polling every `interval` seconds.
+
+    Polling the table rather than listening on the bus: it works the same on SQLite and
+    through PgBouncer, and an operator's tail needs no sub-second latency.
+    """
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    last = after_seq
+    while True:
+        last = await print_events(
+            kit, out, tenant=tenant, session_id=session_id, after_seq=last, limit=None, types=None
+        )
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(interval)
+
+
+async def export_session(kit: Toolkit, out: TextIO, *, tenant: str, session_id: str) -> int:
+    """Write the export (header + events); returns the number of events."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    count = -1
+    async for line in export_ledger(kit.runtime, tenant_id, session_id):
+        _line(out, line)
+        count += 1
+    out.flush()
+    return count
+
+
+async def import_session(
+    kit: Toolkit, source: TextIO, *, tenant: str, session_id: str | None
+) -> SessionRecord:
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    header, events = parse_export(source)
+    loaded = await import_ledger(kit.runtime, tenant_id, header, events, session_id=session_id)
+    return loaded.session
+
+
+async def run_retention(
+    kit: Toolkit,
+    out: TextIO,
+    *,
+    policy: RetentionPolicy,
+    dry_run: bool,
+    tenant: str | None = None,
+) -> None:
+    only = [await kit.accounts.tenant_id_of(tenant)] if tenant is not None else None
+    report = await apply_retention(kit.store, policy, dry_run=dry_run, tenant_ids=only)
+    for tenant_id, session_id in report.sessions_erased:
+        _line(out, {"erased" if not dry_run else "would_erase": session_id, "tenant_id": tenant_id})
+    _line(
+        out,
+        {
+            "dry_run": dry_run,
+            "idle_days": policy.idle_days,
+            "keep_snapshots": policy.keep_snapshots,
+            "sessions_erased": len(report.sessions_erased),
+            "snapshots_deleted": report.snapshots_deleted,
+        },
+    )

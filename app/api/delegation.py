@@ -1,0 +1,55 @@
+"""Delegation route: hand a subtask to a child session and wait for its run."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.api import views
+from app.api.deps import DelegatorDep, IdempotencyKey, RuntimeDep, TenantDep
+from app.api.idempotency import idempotent
+from app.api.problems import problem_responses
+from app.api.runs import run_view
+from app.api.schemas import DelegateCreate, DelegateRead
+from app.runtime.delegation import DelegationRequest
+
+router = APIRouter(prefix="/v1/sessions", tags=["delegation"])
+
+
+@router.post(
+    "/{session_id}/delegate",
+    status_code=201,
+    response_model=DelegateRead,
+    summary="Create a child session (same root), run it with the input, return it and its run",
+    responses=problem_responses(401, 404, 409, 413, 422),
+)
+async def delegate(
+    session_id: str,
+    body: DelegateCreate,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    delegator: DelegatorDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    async def produce() -> Response:
+        result = await delegator.delegate(
+            tenant.tenant_id,
+            session_id,
+            DelegationRequest(
+                input=body.input,
+                agent=body.agent.model_dump() if body.agent is not None else None,
+                metadata=body.metadata,
+            ),
+        )
+        child = result.session.session_id
+        return JSONResponse(
+            {
+                "session": views.session_summary(result.session),
+                "run": await run_view(runtime, result.run),
+            },
+            status_code=201,
+            headers={"Location": f"/v1/sessions/{child}"},
+        )
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce)

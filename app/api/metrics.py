@@ -1,0 +1,159 @@
+"""Prometheus metrics: every metric object of the service, defined here and nowhere else.
+
+`Metrics` owns a registry of its own (not prometheus-client's global one), so several apps
+in one process, as in the tests, never share or clash over series. It implements the
+runtime's `Observer` protocol, which is how the store and the runtime report without
+importing prometheus-client.
+
+Labels are bounded by construction: HTTP requests carry the route *template*
+(`/v1/sessions/{session_id}`), never the raw path; event types and stop reasons outside the
+known vocabulary collapse to `other`; no label ever holds a tenant, session, run or key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+from app.runtime.events import EventType
+from app.runtime.loop import StopReason
+
+# The loop's stop reasons, plus FAILED for a run that ended in an error (no stop reason).
+STOP_REASONS = frozenset(r.value for r in StopReason) | {"FAILED"}
+PROVIDERS = frozenset({"scripted", "openai"})
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+EVENT_TYPES = frozenset(t.value for t in EventType)
+UNMATCHED_ROUTE = "unmatched"
+OTHER = "other"
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def _bounded(value: str, known: frozenset[str]) -> str:
+    return value if value in known else OTHER
+
+
+class Metrics:
+    """The service's metrics and the `Observer` that feeds them."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        r = self.registry
+        self.http_requests = Counter(
+            "asr_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_latency = Histogram(
+            "asr_http_request_duration_seconds",
+            "Time to answer an HTTP request (whole stream for SSE and NDJSON).",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.events_appended_total = Counter(
+            "asr_events_appended", "Events committed to the ledger, by type.", ["type"], registry=r
+        )
+        self.runs = Counter(
+            "asr_runs_finished", "Runs that ended, by stop reason.", ["stop_reason"], registry=r
+        )
+        self.run_latency = Histogram(
+            "asr_run_duration_seconds",
+            "Wall time of a run, by stop reason.",
+            ["stop_reason"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.model_calls = Counter(
+            "asr_model_calls",
+            "Model calls, by provider and outcome.",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.model_latency = Histogram(
+            "asr_model_call_duration_seconds",
+            "Latency of one model call, by provider.",
+            ["provider"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "asr_model_tokens",
+            "Tokens used by model calls, by provider and direction.",
+            ["provider", "direction"],
+            registry=r,
+        )
+        self.sse_streams = Gauge(
+            "asr_sse_streams_active", "SSE streams open right now in this process.", registry=r
+        )
+        self.bus_reconnects = Counter(
+            "asr_bus_reconnects", "Times the event bus re-established its listener.", registry=r
+        )
+        self.lease_expiries = Counter(
+            "asr_lease_expiries", "Run leases that expired and were swept.", registry=r
+        )
+
+    # ---------------------------------------------------------------- Observer
+
+    def events_appended(self, types: Sequence[str]) -> None:
+        for event_type in types:
+            self.events_appended_total.labels(type=_bounded(event_type, EVENT_TYPES)).inc()
+
+    def run_finished(self, *, stop_reason: str, seconds: float) -> None:
+        reason = _bounded(stop_reason, STOP_REASONS)
+        self.runs.labels(stop_reason=reason).inc()
+        self.run_latency.labels(stop_reason=reason).observe(max(seconds, 0.0))
+
+    def model_call(
+        self,
+        *,
+        provider: str,
+        seconds: float,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        ok: bool = True,
+    ) -> None:
+        name = _bounded(provider, PROVIDERS)
+        self.model_calls.labels(provider=name, outcome="ok" if ok else "error").inc()
+        self.model_latency.labels(provider=name).observe(max(seconds, 0.0))
+        if input_tokens > 0:
+            self.tokens.labels(provider=name, direction="input").inc(input_tokens)
+        if output_tokens > 0:
+            self.tokens.labels(provider=name, direction="output").inc(output_tokens)
+
+    def sse_streams_changed(self, delta: int) -> None:
+        self.sse_streams.inc(delta)
+
+    def bus_reconnected(self) -> None:
+        self.bus_reconnects.inc()
+
+    def lease_expired(self) -> None:
+        self.lease_expiries.inc()
+
+    # -------------------------------------------------------------------- HTTP
+
+    def observe_http(self, *, method: str, route: str, status: int, seconds: float) -> None:
+        """One answered request; `route` must already be a template (or `unmatched`)."""
+        verb = _bounded(method, METHODS)
+        self.http_requests.labels(method=verb, route=route, status=str(status)).inc()
+        self.http_latency.labels(method=verb, route=route).observe(max(seconds, 0.0))
+
+    def render(self) -> bytes:
+        """The exposition in Prometheus text format."""
+        return generate_latest(self.registry)

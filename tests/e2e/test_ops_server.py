@@ -1,0 +1,165 @@
+"""Operations against real `asr serve` processes.
+
+- Readiness on PostgreSQL: a throwaway cluster (initdb + pg_ctl from the PostgreSQL server
+  binaries, on a free loopback port) is started, left unmigrated, migrated, stopped and
+  started again; `/readyz` follows each step (503 with a reason, 200) while `/healthz` stays
+  200. Runs in the PostgreSQL pass only, and needs the server binaries and a `postgres`
+  system user (initdb refuses to run as root); elsewhere it is skipped with the reason.
+- SIGTERM: the process logs JSON lines, sets its shutdown event at once (logged), and ends
+  cleanly (uvicorn re-raises the signal after its shutdown) well within the graceful period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.store.migrations import upgrade_head
+from tests.conftest import Server, free_port, start_server, stop_server
+
+POLL_SECONDS = 20
+
+
+def _pg_bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster of our own, so that stopping it harms no other test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.port = free_port()
+        self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        command = ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else list(args)
+        subprocess.run(command, check=True, capture_output=True, timeout=timeout)
+
+    def init(self) -> None:
+        initdb = _pg_bin("initdb")
+        assert initdb is not None
+        self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} "
+            "-c fsync=off -c full_page_writes=off"
+        )
+        pg_ctl = _pg_bin("pg_ctl")
+        assert pg_ctl is not None
+        log = str(self.root / "postgres.log")
+        self._run(pg_ctl, "-D", str(self.data), "-o", options, "-l", log, "-w", "-t", "30", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        pg_ctl = _pg_bin("pg_ctl")
+        assert pg_ctl is not None
+        self._run(pg_ctl, "-D", str(self.data), "-m", mode, "-w", "-t", "30", "stop")
+
+
+@pytest.fixture
+def throwaway_postgres(is_postgres: bool) -> Iterator[ThrowawayPostgres]:
+    if not is_postgres:
+        pytest.skip("the readiness outage test runs in the PostgreSQL pass")
+    if _pg_bin("initdb") is None or _pg_bin("pg_ctl") is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed")
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a `postgres` user for initdb")
+    root = Path(tempfile.mkdtemp(prefix="asr-pg-"))
+    if os.geteuid() == 0:
+        os.chown(root, user.pw_uid, user.pw_gid)
+    cluster = ThrowawayPostgres(root)
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster
+    finally:
+        with contextlib.suppress(subprocess.SubprocessError):
+            cluster.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + POLL_SECONDS
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"not within {POLL_SECONDS} s: {what}")
+
+
+def _ready(server: Server) -> httpx.Response:
+    return httpx.get(server.base_url + "/readyz", timeout=5)
+
+
+def _healthy(server: Server) -> bool:
+    return httpx.get(server.base_url + "/healthz", timeout=5).status_code == 200
+
+
+def test_readyz_follows_the_database_through_an_outage(
+    throwaway_postgres: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    pg = throwaway_postgres
+    server = start_server(pg.url, tmp_path / "server.log")
+    try:
+        first = _ready(server)
+        assert first.status_code == 503 and first.json()["reason"] == "schema_not_migrated"
+        upgrade_head(pg.url)
+        _wait_for(lambda: _ready(server).status_code == 200, "ready after migrate")
+
+        pg.stop("fast")
+        _wait_for(lambda: _ready(server).status_code == 503, "not ready with the database down")
+        down = _ready(server)
+        assert down.json()["reason"] == "database_unreachable", down.text
+        assert down.headers["content-type"] == "application/problem+json"
+        assert _healthy(server)
+
+        pg.start()
+        _wait_for(lambda: _ready(server).status_code == 200, "ready once the database is back")
+        assert _ready(server).json()["schema"]["state"] == "at_head"
+        assert _healthy(server)
+    finally:
+        stop_server(server)
+
+
+def test_sigterm_sets_the_shutdown_event_and_exits_cleanly(
+    database_url: str, tmp_path: Path
+) -> None:
+    server = start_server(database_url, tmp_path / "server.log", ASR_LOG_LEVEL="info")
+    try:
+        response = httpx.get(server.base_url + "/healthz", headers={"X-Request-ID": "probe-1"})
+        assert response.headers["x-request-id"] == "probe-1"
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        code = server.process.wait(timeout=25)
+        elapsed = time.monotonic() - started
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+    # uvicorn re-raises the captured signal once it has shut down cleanly.
+    assert code in (0, -signal.SIGTERM), server.log()[-3000:]
+    assert elapsed < 20
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    messages = [entry["msg"] for entry in lines]
+    assert "shutdown requested: draining" in messages
+    access = [e for e in lines if e.get("logger") == "app.access"]
+    assert any(e["request_id"] == "probe-1" and e["route"] == "/healthz" for e in access)
+    assert "Traceback" not in server.log()
