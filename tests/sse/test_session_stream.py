@@ -164,7 +164,7 @@ async def test_r11_a_1mib_event_streams_and_a_rolled_back_append_reaches_no_one(
     http: httpx.AsyncClient, store: AgentSessionStore, tenant: TenantKey
 ) -> None:
     sid = await new_session(http)
-    big = "x" * ((1 << 20) - len('{"big":""}'))  # the payload is exactly 1 MiB, the cap
+    big = "x" * (1 << 20)
     async with stream(http, f"/v1/sessions/{sid}/events/stream") as (_, frames):
         assert await read_ids(frames, count=1) == [1]
         with pytest.raises(ValueError):  # inserts its event, then fails: rolled back
