@@ -279,6 +279,11 @@ class _Routes:
         return self._call(_Req("POST", "/v1/stream-tokens", None, _clean(session_id=session_id)))
 
 
+def _is_noise(sse: Any) -> bool:
+    """The stream's opening `retry:` line arrives as an empty message: not a frame."""
+    return sse.event == "message" and not sse.data
+
+
 def _frame(sse: Any) -> Frame:
     try:
         data = json.loads(sse.data) if sse.data else {}
@@ -343,7 +348,8 @@ class AsyncSessionClient(_Routes):
                 await source.response.aread()
                 raise_for_problem(source.response)
             async for sse in source.aiter_sse():
-                yield _frame(sse)
+                if not _is_noise(sse):
+                    yield _frame(sse)
 
     async def stream_events(
         self,
@@ -380,6 +386,8 @@ class AsyncSessionClient(_Routes):
                         await source.response.aread()
                         raise_for_problem(source.response)
                     async for sse in source.aiter_sse():
+                        if _is_noise(sse):
+                            continue
                         frame = _frame(sse)
                         if frame.event in ("overflow", "shutdown"):
                             break  # the server asks us to come back with our cursor
@@ -434,7 +442,8 @@ class SessionClient(_Routes):
                 source.response.read()
                 raise_for_problem(source.response)
             for sse in source.iter_sse():
-                yield _frame(sse)
+                if not _is_noise(sse):
+                    yield _frame(sse)
 
     def stream_events(
         self, session_id: str, *, after_seq: int | None = None, deltas: bool = False
@@ -450,6 +459,8 @@ class SessionClient(_Routes):
                         source.response.read()
                         raise_for_problem(source.response)
                     for sse in source.iter_sse():
+                        if _is_noise(sse):
+                            continue
                         frame = _frame(sse)
                         if frame.event in ("overflow", "shutdown"):
                             break

@@ -18,6 +18,17 @@ class BodyLimitMiddleware:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _has_nul(scope):
+            # PostgreSQL cannot compare or store NUL: refuse it in the path or query at once.
+            response = problem_response(
+                None,
+                status=400,
+                code="invalid_characters",
+                title="Invalid characters",
+                detail="the path or query contains a NUL character",
+            )
+            await response(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await self.app(scope, receive, send)
             return
@@ -61,3 +72,8 @@ class BodyLimitMiddleware:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+def _has_nul(scope: Scope) -> bool:
+    query = scope.get("query_string", b"").lower()
+    return "\x00" in scope.get("path", "") or b"%00" in query or b"\x00" in query

@@ -25,6 +25,7 @@ from app.api.schemas import (
     ToolOutputsRequest,
     UsageRead,
 )
+from app.api.sse import read_whole
 from app.runtime.errors import RunNotFound
 from app.runtime.ports import RunRecord
 from app.runtime.runs import RunManager, RunRequest, answer_tool_calls, decide_approval
@@ -163,7 +164,10 @@ async def _stream(
     try:
         # The events committed with the run's start (before we listened) come from the
         # table; everything after them comes through the queue, in order with the deltas.
-        started = await runtime.list_events(tenant_id, run.session_id, run_id=run.run_id)
+        # Shielded: a client that leaves mid-read must not cancel the database call half-way.
+        started = await read_whole(
+            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id)
+        )
         for event in started:
             if run.last_seq is None or event.seq > run.last_seq:
                 break
@@ -191,8 +195,8 @@ async def _stream(
             yield ServerSentEvent(
                 id=str(item.seq), event=item.type, data=json.dumps(item.to_json())
             )
-        for event in await runtime.list_events(
-            tenant_id, run.session_id, run_id=run.run_id, after_seq=sent
+        for event in await read_whole(
+            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
         ):
             yield ServerSentEvent(
                 id=str(event.seq), event=event.type, data=json.dumps(event.to_json())

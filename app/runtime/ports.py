@@ -99,6 +99,9 @@ class AppendResult:
     events: list[Event]
 
 
+_BIGINT_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class TenantCursor:
     """A point in a tenant's whole timeline: (writing transaction id, global position).
@@ -122,7 +125,10 @@ class TenantCursor:
         parts = (head, tail) if dot else ("0", head)
         if not all(p.isdigit() and len(p) <= 19 for p in parts):
             return None
-        return cls(int(parts[0]), int(parts[1]))
+        xact_id, position = int(parts[0]), int(parts[1])
+        if max(xact_id, position) > _BIGINT_MAX:  # both are BIGINT columns
+            return None
+        return cls(xact_id, position)
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,3 +153,11 @@ async def test_r18_raw_keys_never_stored(store: AgentSessionStore, tenant: Tenan
     blob = "\n".join(dump)
     assert tenant.key not in blob and secret not in blob
     assert tenant.key.split("_")[1] in blob  # the public prefix is what is stored
+
+
+async def test_nul_in_path_or_query_is_400(client: httpx.AsyncClient) -> None:
+    """Regression (schemathesis on PostgreSQL): a NUL in a filter reached the database."""
+    sid = (await client.post("/v1/sessions", json={})).json()["session_id"]
+    response = await client.get(f"/v1/sessions/{sid}/events", params={"types": "A\x00B"})
+    assert_problem(response, 400, "invalid_characters")
+    assert_problem(await client.get("/v1/sessions/a%00b"), 400, "invalid_characters")
