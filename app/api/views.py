@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.runtime.events import Event
 from app.runtime.ports import AppendResult, SessionRecord
 from app.runtime.service import Loaded
 from app.runtime.state import SessionState
@@ -60,10 +59,6 @@ def recovery_object(loaded: Loaded) -> dict[str, Any]:
 
 def memory_json(state: SessionState) -> dict[str, Any]:
     return {"items": state.items, "summary": state.summary}
-
-
-def event_json(event: Event) -> dict[str, Any]:
-    return event.to_json()
 
 
 def append_result(result: AppendResult) -> dict[str, Any]:

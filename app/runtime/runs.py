@@ -171,7 +171,7 @@ class RunManager:
         record, _ = await self.store.create_run(
             tenant_id,
             session_id,
-            input=_input_json(request.input),
+            input=request.input,
             options=_options_json(request),
             owner=self.owner,
             lease_until=self._lease_until(),
@@ -215,7 +215,7 @@ class RunManager:
             NewEvent(
                 EventType.RUN_STARTED,
                 {
-                    "input": _input_json(request.input),
+                    "input": request.input,
                     "limits": {
                         "max_total_turns": options.max_total_turns,
                         "max_auto_followups": options.max_auto_followups,
@@ -655,10 +655,6 @@ async def race(coro: Coroutine[Any, Any, T], interrupted: asyncio.Event) -> T:
 
 def _first(value: Any, default: Any) -> Any:
     return default if value is None else value
-
-
-def _input_json(value: Any) -> Any:
-    return value
 
 
 def _options_json(request: RunRequest) -> dict[str, Any]:

@@ -94,9 +94,9 @@ async def test_window_context_preview_and_tool_results(http: httpx.AsyncClient) 
     patched = await http.patch(f"/v1/sessions/{sid}", json={"max_items": 2})
     assert patched.json()["max_items"] == 2 and patched.json()["counts"]["items"] == 2
     await http.patch(f"/v1/sessions/{sid}", json={"clear_window": True})
+    events_before = len(await all_events(http, sid))
     preview = (await http.get(f"/v1/sessions/{sid}/context", params={"max_input_tokens": 5})).json()
     assert preview["report"]["items_dropped"] == 0 and not preview["report"]["fits"]
-    events_before = len(await all_events(http, sid))
     assert len(await all_events(http, sid)) == events_before  # the preview wrote nothing
 
 
