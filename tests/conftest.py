@@ -33,6 +33,7 @@ from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
 from app.store.store import AgentSessionStore
+from tests.pgroles import drop_roles, make_roles
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ENV = "ASR_TEST_DATABASE_URL"
@@ -80,7 +81,16 @@ def drop_database(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The run's database. With ASR_TEST_DB_ROLES=true (PostgreSQL), the tests and the
+    servers they start connect as the non-owner app role of deploy/postgres/roles.sql, so
+    the row-level policies bind every query of the suite (R19)."""
     url = create_database(tmp_path_factory.mktemp("db"))
+    if url.startswith("postgresql") and os.environ.get("ASR_TEST_DB_ROLES") == "true":
+        roles = make_roles(url)
+        yield roles.app_url
+        drop_database(url)
+        drop_roles(url, roles)
+        return
     upgrade_head(url)
     yield url
     drop_database(url)

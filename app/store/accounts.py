@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 
 from app.runtime.errors import TenantAlreadyExists
 from app.runtime.ports import ApiKeyRecord, TenantRecord
-from app.store.base import StoreBase, as_utc, utcnow
+from app.store.base import ALL_TENANTS, StoreBase, as_utc, utcnow
 from app.store.tables import api_keys, tenants
 
 
@@ -45,25 +45,25 @@ class AccountStore(StoreBase):
             .on_conflict_do_nothing(index_elements=["name"])
             .returning(*tenants.c)
         )
-        async with self.write() as conn:
+        async with self.write(ALL_TENANTS) as conn:
             row = (await conn.execute(stmt)).first()
         if row is None:
             raise TenantAlreadyExists(f"tenant {name!r} already exists")
         return _tenant(row)
 
     async def get_tenant_by_name(self, name: str) -> TenantRecord | None:
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             row = (await conn.execute(select(tenants).where(tenants.c.name == name))).first()
         return _tenant(row) if row is not None else None
 
     async def list_tenants(self) -> list[TenantRecord]:
         """Every tenant, by name (operators' listing)."""
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             rows = (await conn.execute(select(tenants).order_by(tenants.c.name))).all()
         return [_tenant(r) for r in rows]
 
     async def count_tenants(self) -> int:
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             return int((await conn.execute(select(func.count()).select_from(tenants))).scalar_one())
 
     async def create_api_key(
@@ -82,17 +82,17 @@ class AccountStore(StoreBase):
             )
             .returning(*api_keys.c)
         )
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             return _key((await conn.execute(stmt)).one())
 
     async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
         """The key with this public prefix, revoked or not."""
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.prefix == prefix))).first()
         return _key(row) if row is not None else None
 
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
                     select(api_keys)
@@ -104,7 +104,7 @@ class AccountStore(StoreBase):
 
     async def revoke_api_key(self, prefix: str) -> bool:
         """Mark the key revoked; False when no live key has this prefix."""
-        async with self.write() as conn:
+        async with self.write(ALL_TENANTS) as conn:
             result = await conn.execute(
                 update(api_keys)
                 .where(api_keys.c.prefix == prefix, api_keys.c.revoked_at.is_(None))

@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -18,6 +18,15 @@ from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION
 from app.store.notify import Announcer
 from app.tracing import span
+
+# The tenant of a transaction that may touch every tenant's rows: auth by key prefix, the
+# run sweeper, the operator CLI. PostgreSQL's row-level policies (migration 0004) let such a
+# transaction through only because it says so; a transaction that says nothing sees nothing.
+ALL_TENANTS = "*"
+
+# `SET LOCAL`, as a function so the tenant can be a bind parameter: it ends with the
+# transaction, so a pooled connection never carries one request's tenant into the next.
+_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 
 
 def utcnow() -> datetime:
@@ -45,8 +54,12 @@ class StoreBase:
         self._write_lock = None if self.is_postgres else asyncio.Lock()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """One write transaction: committed on exit, rolled back on error.
+    async def write(self, tenant_id: str) -> AsyncIterator[AsyncConnection]:
+        """One write transaction for `tenant_id`: committed on exit, rolled back on error.
+
+        On PostgreSQL the transaction is scoped to the tenant (`app.tenant_id`), so the
+        row-level policies hide, and refuse to write, any other tenant's rows even if a
+        query forgets its `tenant_id` filter; ALL_TENANTS lifts the wall for system work.
 
         The sessions whose events it inserted (`touch`) are announced: one NOTIFY each as
         the transaction's last statement, so only a commit delivers it, and this process's
@@ -63,6 +76,7 @@ class StoreBase:
                 self.announcer.begin(conn)
                 try:
                     async with conn.begin(), _collecting(conn, appended):
+                        await self._scope(conn, tenant_id)
                         yield conn
                         wakeups = await self.announcer.before_commit(conn)
                 finally:
@@ -76,10 +90,18 @@ class StoreBase:
         self.announcer.touch(conn, tenant_id, session_id, last_seq)
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        """One read transaction (a consistent snapshot on PostgreSQL and in SQLite WAL)."""
+    async def read(self, tenant_id: str) -> AsyncIterator[AsyncConnection]:
+        """One read transaction for `tenant_id` (scoped as in `write`); a consistent
+        snapshot on PostgreSQL and in SQLite WAL."""
         async with self.engine.connect() as conn, conn.begin():
+            await self._scope(conn, tenant_id)
             yield conn
+
+    async def _scope(self, conn: AsyncConnection, tenant_id: str) -> None:
+        # SQLite is the single-tenant embedded default and has no row-level security: the
+        # application's own tenant filters are the wall there (and on PostgreSQL, the first).
+        if self.is_postgres:
+            await conn.execute(_SET_TENANT, {"tenant": tenant_id})
 
     def insert(self, table: Any) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT DO NOTHING on both databases."""

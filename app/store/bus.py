@@ -231,7 +231,7 @@ class EventBus:
         stmt = select(sessions.c.session_id, sessions.c.last_seq).where(
             sessions.c.tenant_id == tenant_id, sessions.c.session_id.in_(session_ids)
         )
-        async with self._store.read() as conn:
+        async with self._store.read(tenant_id) as conn:
             return [(r.session_id, r.last_seq) for r in await conn.execute(stmt)]
 
     # --------------------------------------------------------------------- gauges

@@ -13,7 +13,7 @@ from sqlalchemy import delete, select, update
 
 from app.runtime.errors import IdempotencyInFlight, IdempotencyKeyReused
 from app.runtime.ports import IdempotencyClaim
-from app.store.base import StoreBase, as_utc, utcnow
+from app.store.base import ALL_TENANTS, StoreBase, as_utc, utcnow
 from app.store.tables import idempotency_keys
 
 _IN_FLIGHT = "in_flight"
@@ -46,7 +46,7 @@ class IdempotencyStore(StoreBase):
         }
         t = idempotency_keys.c
         where = (t.tenant_id == tenant_id, t.key == key)
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             inserted = (
                 await conn.execute(
                     self.insert(idempotency_keys)
@@ -88,7 +88,7 @@ class IdempotencyStore(StoreBase):
         headers: dict[str, str],
     ) -> None:
         t = idempotency_keys.c
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             await conn.execute(
                 update(idempotency_keys)
                 .where(t.tenant_id == tenant_id, t.key == key, t.state == _IN_FLIGHT)
@@ -98,7 +98,7 @@ class IdempotencyStore(StoreBase):
     async def release_idempotency_key(self, tenant_id: str, key: str) -> None:
         """Drop an unfinished claim so that the request may be sent again."""
         t = idempotency_keys.c
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             await conn.execute(
                 delete(idempotency_keys).where(
                     t.tenant_id == tenant_id, t.key == key, t.state == _IN_FLIGHT
@@ -107,6 +107,6 @@ class IdempotencyStore(StoreBase):
 
     async def delete_expired_idempotency_keys(self) -> int:
         t = idempotency_keys.c
-        async with self.write() as conn:
+        async with self.write(ALL_TENANTS) as conn:
             result = await conn.execute(delete(idempotency_keys).where(t.expires_at <= utcnow()))
         return result.rowcount

@@ -94,7 +94,7 @@ class LedgerStore(StoreBase):
             SessionAlreadyExists: the tenant already has a session with this id.
         """
         now = utcnow()
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             row = await self._insert_session_row(conn, tenant_id, session, len(events), now)
             if row is None:
                 raise SessionAlreadyExists(session.session_id)
@@ -142,7 +142,7 @@ class LedgerStore(StoreBase):
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session row, or None (also when it belongs to another tenant)."""
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             row = (
                 await conn.execute(
                     select(sessions).where(
@@ -170,12 +170,12 @@ class LedgerStore(StoreBase):
         for key, value in (metadata or {}).items():
             stmt = stmt.where(sessions.c.metadata[key].as_string() == value)
         stmt = stmt.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc())
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (await conn.execute(stmt.limit(limit))).all()
         return [session_from_row(r) for r in rows]
 
     async def count_sessions(self, tenant_id: str) -> int:
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             stmt = (
                 select(func.count()).select_from(sessions).where(sessions.c.tenant_id == tenant_id)
             )
@@ -184,7 +184,7 @@ class LedgerStore(StoreBase):
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Erase the session, its events and its snapshots. False if there was none."""
         key = (tenant_id, session_id)
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             for table in (session_events, session_snapshots, runs):
                 await conn.execute(
                     delete(table).where(table.c.tenant_id == key[0], table.c.session_id == key[1])
@@ -225,7 +225,7 @@ class LedgerStore(StoreBase):
         if snapshot is not None and expected_seq is None:
             raise ValueError("a snapshot in an append needs expected_seq")
         n = len(events)
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             record, xact_id = await self._reserve(
                 conn, tenant_id, session_id, n, expected_seq, expected_version
             )
@@ -387,7 +387,7 @@ class LedgerStore(StoreBase):
         stmt = stmt.order_by(session_events.c.seq)
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         return [event_from_row(r) for r in rows]
 
@@ -413,7 +413,7 @@ class LedgerStore(StoreBase):
             stmt = stmt.where(ev.type.in_(types))
         if not self.is_postgres:
             stmt = stmt.where(ev.position > after.position).order_by(ev.position).limit(limit)
-            async with self.read() as conn:
+            async with self.read(tenant_id) as conn:
                 rows = (await conn.execute(stmt)).all()
             entries = [(event_from_row(r), TenantCursor(0, r.position)) for r in rows]
             return TenantPage(entries=entries, more=len(rows) == limit, pending=False)
@@ -424,7 +424,7 @@ class LedgerStore(StoreBase):
             .order_by(ev.xact_id, ev.position)
             .limit(limit + 1)
         )
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         safe = [r for r in rows if r.xact_id < r.safe_below]  # a prefix: ordered by xact_id
         entries = [(event_from_row(r), TenantCursor(r.xact_id, r.position)) for r in safe]
@@ -456,7 +456,7 @@ class LedgerStore(StoreBase):
             SessionNotFound, InvalidForkPoint, SessionAlreadyExists.
         """
         now = utcnow()
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             source = (
                 await conn.execute(
                     select(sessions.c.last_seq, sessions.c.root_session_id).where(
@@ -588,7 +588,7 @@ class LedgerStore(StoreBase):
         if state.get("seq") != seq:
             raise ValueError("snapshot state seq differs from its row seq")
         state = self.redactor.value(state)
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             exists = (
                 await conn.execute(
                     select(sessions.c.last_seq).where(
@@ -628,7 +628,7 @@ class LedgerStore(StoreBase):
         if at_or_below is not None:
             stmt = stmt.where(snap.seq <= at_or_below)
         stmt = stmt.order_by(snap.seq.desc()).limit(8)
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         for row in rows:
             m = row._mapping
@@ -645,7 +645,7 @@ class LedgerStore(StoreBase):
     async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
         """Every snapshot of a session, oldest first (state included)."""
         snap = session_snapshots.c
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
                     select(session_snapshots)

@@ -32,7 +32,7 @@ class MaintenanceStore(StoreBase):
             .order_by(sessions.c.updated_at, sessions.c.session_id)
             .limit(limit)
         )
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         return [session_from_row(r) for r in rows]
 
@@ -46,7 +46,7 @@ class MaintenanceStore(StoreBase):
         `updated_at` and is seen here. Returns whether the session was erased.
         """
         key = (sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id)
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             still_idle = (
                 await conn.execute(
                     select(sessions.c.session_id)
@@ -90,7 +90,7 @@ class MaintenanceStore(StoreBase):
             .subquery()
         )
         doomed = select(ranked.c.session_id, ranked.c.seq).where(ranked.c.rank > keep)
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             result = await conn.execute(
                 delete(session_snapshots).where(
                     snap.tenant_id == tenant_id,

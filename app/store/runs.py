@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound
 from app.runtime.events import NewEvent
 from app.runtime.ports import AppendResult, RunFinish, RunRecord
-from app.store.base import as_utc, session_from_row, utcnow
+from app.store.base import ALL_TENANTS, as_utc, session_from_row, utcnow
 from app.store.ledger import LedgerStore
 from app.store.tables import runs, sessions
 
@@ -93,7 +93,7 @@ class RunStore(LedgerStore):
             "created_at": now,
             "updated_at": now,
         }
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             exists = (
                 await conn.execute(
                     select(sessions.c.session_id).where(
@@ -128,7 +128,7 @@ class RunStore(LedgerStore):
             RunAlreadyActive: another run is active, or an older queued run goes first.
             RunFenced: the run is no longer queued (cancelled meanwhile).
         """
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             run = await self._get_run(conn, tenant_id, run_id)
             if run is None or run.status != "queued":
                 raise RunFenced(f"run {run_id} is not queued")
@@ -230,7 +230,7 @@ class RunStore(LedgerStore):
             RunFenced: the run was taken over; nothing was written.
         """
         now = utcnow()
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             fence = (
                 await conn.execute(
                     update(runs)
@@ -296,7 +296,7 @@ class RunStore(LedgerStore):
         self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
     ) -> bool:
         """Extend the lease; False means the run was taken over and must stop."""
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             result = await conn.execute(
                 update(runs)
                 .where(
@@ -318,7 +318,7 @@ class RunStore(LedgerStore):
         `only_expired`, when its lease has not expired).
         """
         now = utcnow()
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             before = await self._get_run(conn, tenant_id, run_id)
             if before is None or before.status not in LIVE:
                 return None
@@ -351,7 +351,7 @@ class RunStore(LedgerStore):
         session is no longer held by this run, the run was already closed and nothing is
         written.
         """
-        async with self.write() as conn:
+        async with self.write(tenant_id) as conn:
             run = await self._get_run(conn, tenant_id, run_id)
             if run is None or run.status in LIVE:
                 return None
@@ -394,7 +394,7 @@ class RunStore(LedgerStore):
         return run_from_row(row) if row is not None else None
 
     async def count_live_runs(self, tenant_id: str) -> int:
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             stmt = (
                 select(func.count())
                 .select_from(runs)
@@ -403,13 +403,13 @@ class RunStore(LedgerStore):
             return int((await conn.execute(stmt)).scalar_one())
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             return await self._get_run(conn, tenant_id, run_id)
 
     async def list_runs(
         self, tenant_id: str, session_id: str, *, limit: int = 100
     ) -> list[RunRecord]:
-        async with self.read() as conn:
+        async with self.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
                     select(runs)
@@ -427,7 +427,7 @@ class RunStore(LedgerStore):
         housekeeping, never a request).
         """
         now = utcnow()
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             expired = (
                 await conn.execute(
                     select(runs)

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.redaction import Redactor
 from app.store.accounts import AccountStore
+from app.store.base import ALL_TENANTS
 from app.store.idempotency import IdempotencyStore
 from app.store.maintenance import MaintenanceStore
 from app.store.runs import RunStore
@@ -41,7 +42,7 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceSto
 
     async def ping(self) -> None:
         """Round trip to the database (readiness)."""
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             await conn.execute(text("SELECT 1"))
 
     async def get_schema_revision(self) -> str | None:
@@ -50,7 +51,7 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceSto
         Raises whatever the driver raises when the database is unreachable (readiness turns
         that into a reason).
         """
-        async with self.read() as conn:
+        async with self.read(ALL_TENANTS) as conn:
             try:
                 async with conn.begin_nested():
                     result = await conn.execute(text("SELECT version_num FROM alembic_version"))

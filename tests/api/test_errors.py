@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from tests.conftest import TenantKey
 
@@ -147,7 +148,7 @@ async def test_r18_raw_keys_never_stored(store: AgentSessionStore, tenant: Tenan
 
     secret = tenant.key.split("_", 2)[2]
     dump = []
-    async with store.read() as conn:
+    async with store.read(ALL_TENANTS) as conn:
         for table in metadata.sorted_tables:
             dump.append(repr((await conn.execute(text(f"SELECT * FROM {table.name}"))).all()))
     blob = "\n".join(dump)

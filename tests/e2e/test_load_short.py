@@ -20,6 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from tests.conftest import Server, make_tenant, start_server, stop_server
 
@@ -72,7 +73,7 @@ async def test_r24_short_bounded_load_on_two_replicas(
         return sid
 
     async def connections() -> int:
-        async with store.read() as conn:
+        async with store.read(ALL_TENANTS) as conn:
             count = await conn.execute(
                 text(
                     "SELECT count(*) FROM pg_stat_activity"
