@@ -167,11 +167,13 @@
     if (!append && !data.data.length) list.append(el("li", { cls: "muted", text: "no sessions" }));
   }
 
+  const sessionInfo = (s) => `seq ${s.last_seq} · ${s.status}${s.parent_session_id ? " · fork" : ""}`;
+
   function sessionItem(s) {
     const button = el("button", { cls: "session-item", attrs: { type: "button", "data-session-id": s.session_id } }, [
       el("span", { cls: "sid", text: s.session_id }),
       el("span", { cls: "meta", text: metadataText(s.metadata) }),
-      el("span", { cls: "muted", text: `seq ${s.last_seq} · ${s.status}${s.parent_session_id ? " · fork" : ""}` }),
+      el("span", { cls: "muted info", text: sessionInfo(s) }),
     ]);
     button.addEventListener("click", guarded(() => openSession(s.session_id)));
     const li = el("li", {}, [button]);
@@ -217,6 +219,7 @@
     $("timeline").replaceChildren();
     $("type-filter").replaceChildren(el("option", { text: "all", attrs: { value: "" } }));
     $("pending-list").replaceChildren();
+    delete $("pending-list").dataset.key;
     $("pending").hidden = true;
     $("run-status").hidden = true;
     $("fork-seq").value = "";
@@ -486,6 +489,9 @@
       ["binding", data.binding],
       ["active run", data.active_run_id],
     ];
+    for (const b of $("session-list").querySelectorAll("[data-session-id]")) {
+      if (b.dataset.sessionId === id) b.querySelector(".info").textContent = sessionInfo(data);
+    }
     const list = $("snapshot");
     list.replaceChildren();
     for (const [name, value] of rows) {
@@ -531,9 +537,13 @@
 
   function showPending(run) {
     const list = $("pending-list");
-    list.replaceChildren();
     const pending = run.pending || [];
     $("pending").hidden = pending.length === 0;
+    // The same calls are already shown: keep them (and whatever is typed into them).
+    const key = [run.run_id, ...pending.map((c) => c.call_id)].join(" ");
+    if (list.dataset.key === key) return;
+    list.dataset.key = key;
+    list.replaceChildren();
     for (const call of pending) {
       const args = typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments ?? {});
       const li = el("li", { cls: "pending-call", attrs: { "data-call-id": call.call_id, "data-kind": call.kind } }, [
@@ -638,6 +648,7 @@
         buffer = buffer.slice(cut + 2);
         if (generation !== state.generation) { reader.cancel(); return; }
         handleFrame(block);
+        await null;  // one frame at a time: the page (and its observers) see the text grow
       }
     }
   }
