@@ -119,6 +119,7 @@ async def test_live_timeline_deltas_final_output_and_fork(
     assert "run …" in await final_row.locator(".ids").inner_text()
     # The display snapshot followed the run: usage and tokens are there.
     await expect(page.locator('#snapshot [data-field="usage"]')).to_contain_text("total_tokens")
+    await expect(page.locator('#snapshot [data-field="last seq"]')).to_have_text(str(seqs[-1]))
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "ui-timeline.png"
@@ -146,6 +147,8 @@ async def test_live_timeline_deltas_final_output_and_fork(
         "word1 word2 word3 word4 word5"
     )
     await expect(page.locator("#run-stop")).to_have_text("COMPLETED")
+    last = await row(page, "RUN_FINISHED").get_attribute("data-seq")
+    await expect(page.locator('#snapshot [data-field="last seq"]')).to_have_text(str(last))
     await page.screenshot(path=str(ARTIFACTS / "ui-fork.png"), full_page=True)
     assert child != sid
 
