@@ -52,6 +52,7 @@ from app.store.engine import make_engine
 from app.store.migrations import script_revisions
 from app.store.store import AgentSessionStore
 from app.tracing import configure_tracing
+from app.ui import router as ui_router
 
 __all__ = ["begin_shutdown", "configure_logging", "create_app", "known_tool_names"]
 
@@ -186,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         streams.router,
         agents.router,
         ops.router,
+        ui_router,
         *((debug.router,) if settings.debug_endpoints else ()),
     )
     routes = [route for router in routers for route in router.routes]
