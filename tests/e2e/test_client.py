@@ -510,6 +510,7 @@ class CuttableProxy:
         self._live: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inside: tuple[re.Pattern[bytes], Server] | None = None
+        self.shutdown_frames = 0  # `event: shutdown` frames that passed through
 
     @property
     def connections(self) -> int:
@@ -539,6 +540,7 @@ class CuttableProxy:
 
     def _partial(self, data: bytes) -> bytes | None:
         """The bytes to forward before a mid-frame cut, if `data` holds the armed id."""
+        self.shutdown_frames += data.count(b"event: shutdown")
         if self._inside is None:
             return None
         pattern, to = self._inside
@@ -612,6 +614,13 @@ async def _append(asr: AsyncSessionClient, sid: str, n: int) -> int:
     return last
 
 
+async def _until(probe: Callable[[], bool], *, within: float) -> None:
+    deadline = time.monotonic() + within
+    while not probe():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
 def _check_resumes(
     proxy: CuttableProxy, by_conn: dict[int, list[str]], first: str | None, *, cuts: int = 2
 ) -> None:
@@ -659,8 +668,48 @@ async def test_session_stream_resumes_across_cuts(
                     break
         ledger = [e["seq"] async for e in direct.export_events(sid)]
     assert ids == ledger == list(range(1, total + 1))
-    assert by_conn[2] == ["7", "8"], by_conn  # frame 9 was cut in half: not yielded
+    assert by_conn[2][-1] == "8" and by_conn[3][0] == "9", by_conn  # 9 was cut in half
     _check_resumes(proxy, by_conn, "0", cuts=3)
+
+
+async def test_session_stream_comes_back_after_a_shutdown_frame(
+    replicas: Replicas, store: AgentSessionStore, database_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM a third replica mid-stream: it says `event: shutdown` (no id); the client does
+    not yield it, and comes back through the proxy (now to replica a) from its last id."""
+    tenant = await make_tenant(store)
+    doomed = await asyncio.to_thread(start_server, database_url, tmp_path / "c.log", **SSE_ENV)
+    try:
+        async with (
+            CuttableProxy(doomed) as proxy,
+            AsyncSessionClient(replicas.a.base_url, api_key=tenant.key) as direct,
+            AsyncSessionClient(proxy.base_url, api_key=tenant.key) as via,
+        ):
+            sid = (await direct.create_session()).session_id
+            await _append(direct, sid, 2)
+            by_conn: dict[int, list[str]] = {}
+            ids: list[int] = []
+            stream = via.stream_events(sid, after_seq=0)
+            async with contextlib.aclosing(stream) as frames:  # type: ignore[type-var]
+                async for frame in frames:
+                    assert frame.id is not None, frame
+                    by_conn.setdefault(proxy.connections, []).append(frame.id)
+                    ids.append(int(frame.id))
+                    if ids[-1] == 3 and proxy.connections == 1:
+                        proxy.upstream = replicas.a
+                        doomed.process.terminate()
+                        # Write only once it said goodbye (else, on PostgreSQL, its NOTIFY
+                        # could deliver 4 and 5 live before the SIGTERM lands).
+                        await _until(lambda: proxy.shutdown_frames == 1, within=10)
+                        await _append(direct, sid, 2)  # 4, 5
+                    if ids[-1] == 5:
+                        break
+    finally:
+        await asyncio.to_thread(stop_server, doomed)
+    assert "Traceback" not in doomed.log(), doomed.log()[-4000:]
+    assert ids == [1, 2, 3, 4, 5]
+    assert proxy.shutdown_frames == 1
+    _check_resumes(proxy, by_conn, "0", cuts=1)
 
 
 async def test_tenant_stream_resumes_across_cuts(
