@@ -21,18 +21,25 @@ import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import aconnect_sse, connect_sse
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from app.api.schemas import (
+    AgentList,
     AppendRead,
     CompactRead,
     ContextRead,
+    ContinueRead,
+    DelegateRead,
     EventList,
     MemoryView,
+    ProcessList,
+    ProcessLogs,
+    ProcessRead,
     ProjectionRead,
     RunList,
     RunRead,
@@ -40,6 +47,9 @@ from app.api.schemas import (
     SessionList,
     SessionRead,
     StateRead,
+    StdinRead,
+    StreamTokenRead,
+    ToolList,
     UsageRead,
 )
 
@@ -121,7 +131,7 @@ class Frame:
 class _Req:
     method: str
     path: str
-    model: type[BaseModel] | None = None
+    model: Any = None  # a pydantic model, a union of them, or None (raw JSON)
     json: Any = None
     params: dict[str, Any] | None = None
     headers: dict[str, str] | None = None
@@ -135,7 +145,16 @@ def _parse(req: _Req, response: httpx.Response) -> Any:
     raise_for_problem(response)
     if response.status_code == 204 or req.model is None:
         return response.json() if response.content else None
-    return req.model.model_validate(response.json())
+    return _adapter(req.model).validate_python(response.json())
+
+
+@cache
+def _adapter(model: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(model)
+
+
+def _key(idempotency_key: str | None) -> dict[str, str] | None:
+    return {"Idempotency-Key": idempotency_key} if idempotency_key else None
 
 
 class _Routes:
@@ -146,8 +165,9 @@ class _Routes:
 
     # sessions
     def create_session(self, *, idempotency_key: str | None = None, **body: Any) -> Any:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        return self._call(_Req("POST", "/v1/sessions", SessionRead, body, headers=headers))
+        return self._call(
+            _Req("POST", "/v1/sessions", SessionRead, body, headers=_key(idempotency_key))
+        )
 
     def list_sessions(
         self,
@@ -233,9 +253,6 @@ class _Routes:
             _Req("GET", f"/v1/sessions/{session_id}/context", ContextRead, params=params)
         )
 
-    def usage(self, session_id: str) -> Any:
-        return self._call(_Req("GET", f"/v1/sessions/{session_id}/usage", UsageRead))
-
     # runs
     def run(
         self,
@@ -248,13 +265,13 @@ class _Routes:
     ) -> Any:
         """Run the agent (mode wait or background); see `stream_run` for mode stream."""
         body = {"input": input, "mode": mode, **options}
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        return self._call(
-            _Req("POST", f"/v1/sessions/{session_id}/runs", RunRead, body, headers=headers)
-        )
+        path = f"/v1/sessions/{session_id}/runs"
+        return self._call(_Req("POST", path, RunRead, body, headers=_key(idempotency_key)))
 
-    def run_once(self, input: Any, **options: Any) -> Any:
-        return self._call(_Req("POST", "/v1/runs", RunRead, {"input": input, **options}))
+    def run_once(self, input: Any, *, idempotency_key: str | None = None, **options: Any) -> Any:
+        """`POST /v1/runs`: a run with an inline `agent`, its session not kept unless `keep`."""
+        body = {"input": input, **options}
+        return self._call(_Req("POST", "/v1/runs", RunRead, body, headers=_key(idempotency_key)))
 
     def list_runs(self, session_id: str) -> Any:
         return self._call(_Req("GET", f"/v1/sessions/{session_id}/runs", RunList))
@@ -266,17 +283,126 @@ class _Routes:
         return self._call(_Req("POST", f"/v1/sessions/{session_id}/runs/{run_id}/cancel", RunRead))
 
     def submit_tool_outputs(
-        self, session_id: str, outputs: list[dict[str, str]], **options: Any
+        self,
+        session_id: str,
+        outputs: list[dict[str, str]],
+        *,
+        replace: bool = False,
+        continue_run: bool = True,
+        mode: str = "wait",
     ) -> Any:
-        body = {"outputs": outputs, **options}
-        return self._call(_Req("POST", f"/v1/sessions/{session_id}/tool-outputs", None, body))
+        """Answer pending client tool calls: the continued run (`RunRead`), or a
+        `ContinueRead` (`run` None) when nothing runs on (`continue_run=False`, `replace`)."""
+        body = {"outputs": outputs, "replace": replace, "continue": continue_run, "mode": mode}
+        return self._call(
+            _Req("POST", f"/v1/sessions/{session_id}/tool-outputs", RunRead | ContinueRead, body)
+        )
 
-    def decide_approval(self, session_id: str, call_id: str, decision: str, **options: Any) -> Any:
-        body = {"call_id": call_id, "decision": decision, **options}
-        return self._call(_Req("POST", f"/v1/sessions/{session_id}/approvals", None, body))
+    def decide_approval(
+        self,
+        session_id: str,
+        call_id: str,
+        decision: str,
+        *,
+        reason: str | None = None,
+        continue_run: bool = True,
+        mode: str = "wait",
+    ) -> Any:
+        """`approve` or `reject` a pending call: `RunRead` of the continued run, or
+        `ContinueRead` with `continue_run=False`."""
+        body = _clean(call_id=call_id, decision=decision, reason=reason, mode=mode) | {
+            "continue": continue_run
+        }
+        return self._call(
+            _Req("POST", f"/v1/sessions/{session_id}/approvals", RunRead | ContinueRead, body)
+        )
 
-    def create_stream_token(self, *, session_id: str | None = None) -> Any:
-        return self._call(_Req("POST", "/v1/stream-tokens", None, _clean(session_id=session_id)))
+    def usage(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/usage", UsageRead))
+
+    # delegation
+    def delegate(
+        self,
+        session_id: str,
+        input: str,
+        *,
+        agent: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        body = _clean(input=input, agent=agent, metadata=metadata)
+        path = f"/v1/sessions/{session_id}/delegate"
+        return self._call(_Req("POST", path, DelegateRead, body, headers=_key(idempotency_key)))
+
+    # processes (404 `processes_disabled` unless the server enables them)
+    def list_processes(self, session_id: str) -> Any:
+        return self._call(_Req("GET", f"/v1/sessions/{session_id}/processes", ProcessList))
+
+    def start_process(
+        self,
+        session_id: str,
+        command: str,
+        *,
+        timeout_seconds: float | None = None,
+        stdin: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        body = _clean(command=command, timeout_seconds=timeout_seconds, stdin=stdin)
+        path = f"/v1/sessions/{session_id}/processes"
+        return self._call(_Req("POST", path, ProcessRead, body, headers=_key(idempotency_key)))
+
+    def get_process(self, session_id: str, process_id: str) -> Any:
+        path = f"/v1/sessions/{session_id}/processes/{process_id}"
+        return self._call(_Req("GET", path, ProcessRead))
+
+    def process_logs(
+        self, session_id: str, process_id: str, *, offset: int = 0, limit: int | None = None
+    ) -> Any:
+        path = f"/v1/sessions/{session_id}/processes/{process_id}/logs"
+        params = _clean(offset=offset, limit=limit)
+        return self._call(_Req("GET", path, ProcessLogs, params=params))
+
+    def write_stdin(
+        self,
+        session_id: str,
+        process_id: str,
+        data: str = "",
+        *,
+        eof: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        path = f"/v1/sessions/{session_id}/processes/{process_id}/stdin"
+        body = {"data": data, "eof": eof}
+        return self._call(_Req("POST", path, StdinRead, body, headers=_key(idempotency_key)))
+
+    def stop_process(self, session_id: str, process_id: str) -> Any:
+        path = f"/v1/sessions/{session_id}/processes/{process_id}/stop"
+        return self._call(_Req("POST", path, ProcessRead))
+
+    # server catalogue
+    def list_tools(self) -> Any:
+        return self._call(_Req("GET", "/v1/tools", ToolList))
+
+    def list_agents(self) -> Any:
+        return self._call(_Req("GET", "/v1/agents", AgentList))
+
+    # streams
+    def create_stream_token(
+        self, *, session_id: str | None = None, ttl_seconds: int | None = None
+    ) -> Any:
+        """A short-lived `?token=` for a browser's EventSource (this client needs none)."""
+        body = _clean(session_id=session_id, ttl_seconds=ttl_seconds)
+        return self._call(_Req("POST", "/v1/stream-tokens", StreamTokenRead, body))
+
+
+def _stream_params(
+    types: list[str] | None = None, deltas: bool = False, after: str | None = None
+) -> dict[str, Any]:
+    return _clean(
+        types=",".join(types) if types else None,
+        include="deltas" if deltas else None,
+        after=after,
+    )
 
 
 def _is_noise(sse: Any) -> bool:
@@ -361,43 +487,45 @@ class AsyncSessionClient(_Routes):
     ) -> AsyncIterator[Frame]:
         """The session's live timeline, resumed from the last event id after any drop."""
         path = f"/v1/sessions/{session_id}/events/stream"
-        params = _clean(
-            types=",".join(types) if types else None, include="deltas" if deltas else None
-        )
-        async for frame in self._follow(
-            path, params, str(after_seq) if after_seq is not None else None
-        ):
+        cursor = str(after_seq) if after_seq is not None else None
+        async for frame in self._follow(path, _stream_params(types, deltas), cursor):
             yield frame
 
-    async def stream_tenant_events(self, *, after: str | None = None) -> AsyncIterator[Frame]:
-        async for frame in self._follow("/v1/events/stream", {}, after):
+    async def stream_tenant_events(
+        self, *, after: str | None = None, types: list[str] | None = None
+    ) -> AsyncIterator[Frame]:
+        """Every session of the tenant, resumed from the last (opaque) event id after a drop."""
+        async for frame in self._follow("/v1/events/stream", _stream_params(types), after):
             yield frame
 
     async def _follow(
         self, path: str, params: dict[str, Any], last_id: str | None
     ) -> AsyncIterator[Frame]:
-        for attempt in range(RECONNECT_LIMIT):
-            headers = {"Last-Event-ID": last_id} if last_id else {}
+        failures = 0
+        while True:
             try:
                 async with aconnect_sse(
-                    self._http, "GET", path, params=params, headers=headers
+                    self._http, "GET", path, params=params, headers=_resume(last_id)
                 ) as source:
                     if source.response.status_code >= 400:
                         await source.response.aread()
                         raise_for_problem(source.response)
+                    failures = 0  # connected: the backoff starts over
                     async for sse in source.aiter_sse():
                         if _is_noise(sse):
                             continue
                         frame = _frame(sse)
-                        if frame.event in ("overflow", "shutdown"):
+                        if frame.event in _COME_BACK:
                             break  # the server asks us to come back with our cursor
                         if sse.id:
                             last_id = sse.id
                         yield frame
-            except (httpx.TransportError, httpx.RemoteProtocolError):
-                pass
-            await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
-        raise ServerError(503, {"code": "stream_unavailable", "detail": "gave up reconnecting"})
+            except httpx.TransportError:
+                pass  # a dropped connection (RemoteProtocolError, ReadError, timeouts)
+            failures += 1
+            if failures > RECONNECT_LIMIT:
+                raise _gave_up()
+            await asyncio.sleep(_backoff(failures))
 
 
 class SessionClient(_Routes):
@@ -433,7 +561,19 @@ class SessionClient(_Routes):
         )
         return _parse(req, response)
 
+    def export_events(self, session_id: str) -> Iterator[dict[str, Any]]:
+        """Every event of the session, as NDJSON lines parsed one by one."""
+        headers = {"Accept": "application/x-ndjson"}
+        with self._http.stream("GET", f"/v1/sessions/{session_id}/events", headers=headers) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise_for_problem(r)
+            for line in r.iter_lines():
+                if line:
+                    yield json.loads(line)
+
     def stream_run(self, session_id: str, input: Any = None, **options: Any) -> Iterator[Frame]:
+        """Start a run in mode stream and yield its frames until RUN_FINISHED."""
         body = {"input": input, "mode": "stream", **options}
         with connect_sse(
             self._http, "POST", f"/v1/sessions/{session_id}/runs", json=body
@@ -446,28 +586,63 @@ class SessionClient(_Routes):
                     yield _frame(sse)
 
     def stream_events(
-        self, session_id: str, *, after_seq: int | None = None, deltas: bool = False
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        types: list[str] | None = None,
+        deltas: bool = False,
     ) -> Iterator[Frame]:
+        """The session's live timeline, resumed from the last event id after any drop."""
         path = f"/v1/sessions/{session_id}/events/stream"
-        params = _clean(include="deltas" if deltas else None)
-        last_id = str(after_seq) if after_seq is not None else None
-        for attempt in range(RECONNECT_LIMIT):
-            headers = {"Last-Event-ID": last_id} if last_id else {}
+        cursor = str(after_seq) if after_seq is not None else None
+        return self._follow(path, _stream_params(types, deltas), cursor)
+
+    def stream_tenant_events(
+        self, *, after: str | None = None, types: list[str] | None = None
+    ) -> Iterator[Frame]:
+        """Every session of the tenant, resumed from the last (opaque) event id after a drop."""
+        return self._follow("/v1/events/stream", _stream_params(types), after)
+
+    def _follow(self, path: str, params: dict[str, Any], last_id: str | None) -> Iterator[Frame]:
+        failures = 0
+        while True:
             try:
-                with connect_sse(self._http, "GET", path, params=params, headers=headers) as source:
+                with connect_sse(
+                    self._http, "GET", path, params=params, headers=_resume(last_id)
+                ) as source:
                     if source.response.status_code >= 400:
                         source.response.read()
                         raise_for_problem(source.response)
+                    failures = 0
                     for sse in source.iter_sse():
                         if _is_noise(sse):
                             continue
                         frame = _frame(sse)
-                        if frame.event in ("overflow", "shutdown"):
+                        if frame.event in _COME_BACK:
                             break
                         if sse.id:
                             last_id = sse.id
                         yield frame
-            except (httpx.TransportError, httpx.RemoteProtocolError):
+            except httpx.TransportError:
                 pass
-            time.sleep(min(2.0, 0.05 * 2**attempt))
-        raise ServerError(503, {"code": "stream_unavailable", "detail": "gave up reconnecting"})
+            failures += 1
+            if failures > RECONNECT_LIMIT:
+                raise _gave_up()
+            time.sleep(_backoff(failures))
+
+
+_COME_BACK = ("overflow", "shutdown")
+
+
+def _resume(last_id: str | None) -> dict[str, str]:
+    return {"Last-Event-ID": last_id} if last_id else {}
+
+
+def _backoff(failures: int) -> float:
+    return min(2.0, 0.05 * 2 ** (failures - 1))
+
+
+def _gave_up() -> ServerError:
+    detail = f"gave up after {RECONNECT_LIMIT} reconnects in a row without an answer"
+    return ServerError(503, {"code": "stream_unavailable", "detail": detail})
