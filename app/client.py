@@ -22,11 +22,11 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse, connect_sse
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from app.api.schemas import (
     AgentList,
@@ -53,7 +53,6 @@ from app.api.schemas import (
     UsageRead,
 )
 
-M = TypeVar("M", bound=BaseModel)
 RECONNECT_LIMIT = 20
 
 
