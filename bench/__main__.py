@@ -185,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     sizes = Sizes.quick() if args.quick else Sizes()
-    backends = ["postgresql", "sqlite"] if args.db == "both" else [
-        "postgresql" if args.db == "pg" else "sqlite"
-    ]
+    backends = (
+        ["postgresql", "sqlite"]
+        if args.db == "both"
+        else ["postgresql" if args.db == "pg" else "sqlite"]
+    )
     backends = ["pg" if b == "postgresql" else b for b in backends]
     results = []
     for backend in backends:

@@ -199,7 +199,8 @@ class RawSqlite:
         for seq in range(1, n + 1):
             async with self.lock:
                 await conn.execute("BEGIN IMMEDIATE")
-                await conn.execute(self._INSERT, self._rows(tenant, session, range(seq, seq + 1))[0])
+                row = self._rows(tenant, session, range(seq, seq + 1))[0]
+                await conn.execute(self._INSERT, row)
                 await conn.execute("COMMIT")
 
     async def insert_batches(self, tenant: str, session: str, size: int, count: int) -> None:

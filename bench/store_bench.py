@@ -230,11 +230,11 @@ class StoreBench:
             sid = self.loaded[n]
             calls = self._calls(n)
 
-            async def store_call(sid: str = sid) -> None:
+            async def store_call(sid: str = sid, n: int = n) -> None:
                 events = await self.store.list_events(self.tenant, sid)
                 assert len(events) == n
 
-            async def raw_call(sid: str = sid) -> None:
+            async def raw_call(sid: str = sid, n: int = n) -> None:
                 rows = await self.raw.select_full(self.tenant, sid)
                 assert len(rows) == n
 
