@@ -9,6 +9,7 @@ duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import replace
@@ -18,6 +19,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Text,
+    bindparam,
     delete,
     func,
     literal,
@@ -59,6 +61,35 @@ from app.store.base import (
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
+
+# The hot statements are built once (with bind parameters), not on every call: building and
+# cache-keying a fresh UPDATE cost more than its round trip.
+_INSERT_EVENTS = session_events.insert().returning(
+    session_events.c.position, sort_by_parameter_order=True
+)
+
+
+def _xact_id_column(postgres: bool) -> Any:
+    if postgres:
+        return literal_column("pg_current_xact_id()::text::bigint").label("xact_id")
+    return literal(None, BigInteger).label("xact_id")
+
+
+@functools.cache
+def _reserve_statement(postgres: bool, by_seq: bool, by_version: bool) -> Any:
+    c = sessions.c
+    stmt = update(sessions).where(
+        c.tenant_id == bindparam("r_tenant"), c.session_id == bindparam("r_session")
+    )
+    if by_seq:
+        stmt = stmt.where(c.last_seq == bindparam("r_seq"))
+    if by_version:
+        stmt = stmt.where(c.version == bindparam("r_version"))
+    return stmt.values(
+        last_seq=c.last_seq + bindparam("r_n", type_=BigInteger),
+        version=c.version + 1,
+        updated_at=bindparam("r_now", type_=c.updated_at.type),
+    ).returning(*c, _xact_id_column(postgres))
 
 
 class LedgerStore(StoreBase):
@@ -249,19 +280,18 @@ class LedgerStore(StoreBase):
     ) -> tuple[SessionRecord, int | None]:
         # This UPDATE takes the session row lock and reserves last_seq-n+1 .. last_seq in one
         # round trip; the events inserted after it in this transaction use exactly that range.
-        stmt = update(sessions).where(
-            sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+        stmt = _reserve_statement(
+            self.is_postgres, expected_seq is not None, expected_version is not None
         )
-        if expected_seq is not None:
-            stmt = stmt.where(sessions.c.last_seq == expected_seq)
-        if expected_version is not None:
-            stmt = stmt.where(sessions.c.version == expected_version)
-        stmt = stmt.values(
-            last_seq=sessions.c.last_seq + n,
-            version=sessions.c.version + 1,
-            updated_at=utcnow(),
-        ).returning(*sessions.c, self._xact_id_column())
-        row = (await conn.execute(stmt)).first()
+        params = {
+            "r_tenant": tenant_id,
+            "r_session": session_id,
+            "r_seq": expected_seq,
+            "r_version": expected_version,
+            "r_n": n,
+            "r_now": utcnow(),
+        }
+        row = (await conn.execute(stmt, params)).first()
         if row is not None:
             return session_from_row(row), row._mapping["xact_id"]
         current = (
@@ -327,10 +357,7 @@ class LedgerStore(StoreBase):
             top = await self._reserve_positions(conn, len(rows))
             for i, r in enumerate(rows):
                 r["position"] = top - len(rows) + 1 + i
-        stmt = session_events.insert().returning(
-            session_events.c.position, sort_by_parameter_order=True
-        )
-        positions = (await conn.execute(stmt, rows)).scalars().all()
+        positions = (await conn.execute(_INSERT_EVENTS, rows)).scalars().all()
         return [
             Event(
                 event_id=r["event_id"],
@@ -357,9 +384,7 @@ class LedgerStore(StoreBase):
         return int((await conn.execute(stmt)).scalar_one())
 
     def _xact_id_column(self) -> Any:
-        if self.is_postgres:
-            return literal_column("pg_current_xact_id()::text::bigint").label("xact_id")
-        return literal(None, BigInteger).label("xact_id")
+        return _xact_id_column(self.is_postgres)
 
     async def list_events(
         self,
