@@ -104,9 +104,9 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
 
                 add(await http_run(url, sizes, log, workdir))
             if "sse_fanout" in only:
-                from bench.sse_run import sse_fanout
+                from bench.sse_run import sse_fanout_figures
 
-                add(await sse_fanout(url, sizes, log))
+                add(await sse_fanout_figures(url, sizes, log))
             if "scale" in only:
                 add(await bench.scale(small))
         finally:
@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scale",
         action="store_true",
-        help="run the scale check too when --only is given (full mode runs it anyway)",
+        help="add the scale check to --only (without --only, every benchmark runs, scale too)",
     )
     parser.add_argument("--json", dest="json_path", default=None, help="also write JSON here")
     return parser
@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.only is None:
-        args.only = [b for b in BENCHES if b != "scale" or not args.quick or args.scale]
+        args.only = list(BENCHES)  # full and quick mode both include the scale check
     elif args.scale and "scale" not in args.only:
         args.only.append("scale")
     unknown = set(args.only) - set(BENCHES)
