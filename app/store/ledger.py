@@ -75,6 +75,47 @@ def _xact_id_column(postgres: bool) -> Any:
     return literal(None, BigInteger).label("xact_id")
 
 
+_GET_SESSION = select(sessions).where(
+    sessions.c.tenant_id == bindparam("g_tenant"), sessions.c.session_id == bindparam("g_session")
+)
+
+# Event's fields, in the order of its constructor's positional arguments.
+_EVENT_COLUMNS = tuple(
+    session_events.c[name]
+    for name in (
+        "event_id",
+        "session_id",
+        "seq",
+        "type",
+        "payload",
+        "created_at",
+        "run_id",
+        "turn_id",
+        "position",
+    )
+)
+
+
+@functools.cache
+def _list_events_statement(until: bool, types: bool, run: bool, limit: bool) -> Any:
+    c = session_events.c
+    stmt = select(*_EVENT_COLUMNS).where(
+        c.tenant_id == bindparam("l_tenant"),
+        c.session_id == bindparam("l_session"),
+        c.seq > bindparam("l_after"),
+    )
+    if until:
+        stmt = stmt.where(c.seq <= bindparam("l_until"))
+    if types:
+        stmt = stmt.where(c.type.in_(bindparam("l_types", expanding=True)))
+    if run:
+        stmt = stmt.where(c.run_id == bindparam("l_run"))
+    stmt = stmt.order_by(c.seq)
+    if limit:
+        stmt = stmt.limit(bindparam("l_limit"))
+    return stmt
+
+
 @functools.cache
 def _reserve_statement(postgres: bool, by_seq: bool, by_version: bool) -> Any:
     c = sessions.c
@@ -174,13 +215,8 @@ class LedgerStore(StoreBase):
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session row, or None (also when it belongs to another tenant)."""
         async with self.read() as conn:
-            row = (
-                await conn.execute(
-                    select(sessions).where(
-                        sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
-                    )
-                )
-            ).first()
+            params = {"g_tenant": tenant_id, "g_session": session_id}
+            row = (await conn.execute(_GET_SESSION, params)).first()
         return session_from_row(row) if row is not None else None
 
     async def list_sessions(
@@ -398,23 +434,23 @@ class LedgerStore(StoreBase):
         limit: int | None = None,
     ) -> list[Event]:
         """Events in seq order; filters combine with AND."""
-        stmt = select(session_events).where(
-            session_events.c.tenant_id == tenant_id,
-            session_events.c.session_id == session_id,
-            session_events.c.seq > after_seq,
+        stmt = _list_events_statement(
+            until_seq is not None, bool(types), run_id is not None, limit is not None
         )
-        if until_seq is not None:
-            stmt = stmt.where(session_events.c.seq <= until_seq)
-        if types:
-            stmt = stmt.where(session_events.c.type.in_(types))
-        if run_id is not None:
-            stmt = stmt.where(session_events.c.run_id == run_id)
-        stmt = stmt.order_by(session_events.c.seq)
-        if limit is not None:
-            stmt = stmt.limit(limit)
+        params = {
+            "l_tenant": tenant_id,
+            "l_session": session_id,
+            "l_after": after_seq,
+            "l_until": until_seq,
+            "l_types": types,
+            "l_run": run_id,
+            "l_limit": limit,
+        }
         async with self.read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [event_from_row(r) for r in rows]
+            rows = (await conn.execute(stmt, params)).all()
+        if self.is_postgres:  # asyncpg hands back aware datetimes: rows map 1:1 onto Event
+            return [Event(*row) for row in rows]
+        return [Event(e, s, q, t, p, as_utc(c), r, u, n) for e, s, q, t, p, c, r, u, n in rows]
 
     async def list_tenant_events(
         self,
