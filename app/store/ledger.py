@@ -9,6 +9,7 @@ duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import replace
@@ -18,6 +19,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Text,
+    bindparam,
     delete,
     func,
     literal,
@@ -59,6 +61,76 @@ from app.store.base import (
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
+
+# The hot statements are built once (with bind parameters), not on every call: building and
+# cache-keying a fresh UPDATE cost more than its round trip.
+_INSERT_EVENTS = session_events.insert().returning(
+    session_events.c.position, sort_by_parameter_order=True
+)
+
+
+def _xact_id_column(postgres: bool) -> Any:
+    if postgres:
+        return literal_column("pg_current_xact_id()::text::bigint").label("xact_id")
+    return literal(None, BigInteger).label("xact_id")
+
+
+_GET_SESSION = select(sessions).where(
+    sessions.c.tenant_id == bindparam("g_tenant"), sessions.c.session_id == bindparam("g_session")
+)
+
+# Event's fields, in the order of its constructor's positional arguments.
+_EVENT_COLUMNS = tuple(
+    session_events.c[name]
+    for name in (
+        "event_id",
+        "session_id",
+        "seq",
+        "type",
+        "payload",
+        "created_at",
+        "run_id",
+        "turn_id",
+        "position",
+    )
+)
+
+
+@functools.cache
+def _list_events_statement(until: bool, types: bool, run: bool, limit: bool) -> Any:
+    c = session_events.c
+    stmt = select(*_EVENT_COLUMNS).where(
+        c.tenant_id == bindparam("l_tenant"),
+        c.session_id == bindparam("l_session"),
+        c.seq > bindparam("l_after"),
+    )
+    if until:
+        stmt = stmt.where(c.seq <= bindparam("l_until"))
+    if types:
+        stmt = stmt.where(c.type.in_(bindparam("l_types", expanding=True)))
+    if run:
+        stmt = stmt.where(c.run_id == bindparam("l_run"))
+    stmt = stmt.order_by(c.seq)
+    if limit:
+        stmt = stmt.limit(bindparam("l_limit"))
+    return stmt
+
+
+@functools.cache
+def _reserve_statement(postgres: bool, by_seq: bool, by_version: bool) -> Any:
+    c = sessions.c
+    stmt = update(sessions).where(
+        c.tenant_id == bindparam("r_tenant"), c.session_id == bindparam("r_session")
+    )
+    if by_seq:
+        stmt = stmt.where(c.last_seq == bindparam("r_seq"))
+    if by_version:
+        stmt = stmt.where(c.version == bindparam("r_version"))
+    return stmt.values(
+        last_seq=c.last_seq + bindparam("r_n", type_=BigInteger),
+        version=c.version + 1,
+        updated_at=bindparam("r_now", type_=c.updated_at.type),
+    ).returning(*c, _xact_id_column(postgres))
 
 
 class LedgerStore(StoreBase):
@@ -143,13 +215,8 @@ class LedgerStore(StoreBase):
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session row, or None (also when it belongs to another tenant)."""
         async with self.read(tenant_id) as conn:
-            row = (
-                await conn.execute(
-                    select(sessions).where(
-                        sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
-                    )
-                )
-            ).first()
+            params = {"g_tenant": tenant_id, "g_session": session_id}
+            row = (await conn.execute(_GET_SESSION, params)).first()
         return session_from_row(row) if row is not None else None
 
     async def list_sessions(
@@ -249,19 +316,18 @@ class LedgerStore(StoreBase):
     ) -> tuple[SessionRecord, int | None]:
         # This UPDATE takes the session row lock and reserves last_seq-n+1 .. last_seq in one
         # round trip; the events inserted after it in this transaction use exactly that range.
-        stmt = update(sessions).where(
-            sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+        stmt = _reserve_statement(
+            self.is_postgres, expected_seq is not None, expected_version is not None
         )
-        if expected_seq is not None:
-            stmt = stmt.where(sessions.c.last_seq == expected_seq)
-        if expected_version is not None:
-            stmt = stmt.where(sessions.c.version == expected_version)
-        stmt = stmt.values(
-            last_seq=sessions.c.last_seq + n,
-            version=sessions.c.version + 1,
-            updated_at=utcnow(),
-        ).returning(*sessions.c, self._xact_id_column())
-        row = (await conn.execute(stmt)).first()
+        params = {
+            "r_tenant": tenant_id,
+            "r_session": session_id,
+            "r_seq": expected_seq,
+            "r_version": expected_version,
+            "r_n": n,
+            "r_now": utcnow(),
+        }
+        row = (await conn.execute(stmt, params)).first()
         if row is not None:
             return session_from_row(row), row._mapping["xact_id"]
         current = (
@@ -327,10 +393,7 @@ class LedgerStore(StoreBase):
             top = await self._reserve_positions(conn, len(rows))
             for i, r in enumerate(rows):
                 r["position"] = top - len(rows) + 1 + i
-        stmt = session_events.insert().returning(
-            session_events.c.position, sort_by_parameter_order=True
-        )
-        positions = (await conn.execute(stmt, rows)).scalars().all()
+        positions = (await conn.execute(_INSERT_EVENTS, rows)).scalars().all()
         return [
             Event(
                 event_id=r["event_id"],
@@ -357,9 +420,7 @@ class LedgerStore(StoreBase):
         return int((await conn.execute(stmt)).scalar_one())
 
     def _xact_id_column(self) -> Any:
-        if self.is_postgres:
-            return literal_column("pg_current_xact_id()::text::bigint").label("xact_id")
-        return literal(None, BigInteger).label("xact_id")
+        return _xact_id_column(self.is_postgres)
 
     async def list_events(
         self,
@@ -373,23 +434,23 @@ class LedgerStore(StoreBase):
         limit: int | None = None,
     ) -> list[Event]:
         """Events in seq order; filters combine with AND."""
-        stmt = select(session_events).where(
-            session_events.c.tenant_id == tenant_id,
-            session_events.c.session_id == session_id,
-            session_events.c.seq > after_seq,
+        stmt = _list_events_statement(
+            until_seq is not None, bool(types), run_id is not None, limit is not None
         )
-        if until_seq is not None:
-            stmt = stmt.where(session_events.c.seq <= until_seq)
-        if types:
-            stmt = stmt.where(session_events.c.type.in_(types))
-        if run_id is not None:
-            stmt = stmt.where(session_events.c.run_id == run_id)
-        stmt = stmt.order_by(session_events.c.seq)
-        if limit is not None:
-            stmt = stmt.limit(limit)
+        params = {
+            "l_tenant": tenant_id,
+            "l_session": session_id,
+            "l_after": after_seq,
+            "l_until": until_seq,
+            "l_types": types,
+            "l_run": run_id,
+            "l_limit": limit,
+        }
         async with self.read(tenant_id) as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [event_from_row(r) for r in rows]
+            rows = (await conn.execute(stmt, params)).all()
+        if self.is_postgres:  # asyncpg hands back aware datetimes: rows map 1:1 onto Event
+            return [Event(*row) for row in rows]
+        return [Event(e, s, q, t, p, as_utc(c), r, u, n) for e, s, q, t, p, c, r, u, n in rows]
 
     async def list_tenant_events(
         self,

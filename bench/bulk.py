@@ -1,0 +1,154 @@
+"""Fast set-up of long ledgers: server-side INSERT ... SELECT, never row by row.
+
+The rows are the benchmark's STEP_END events (about 560 bytes of JSON each), written
+straight into the store's tables the way the store writes them (gapless seqs, `last_seq`
+bumped to match, global positions from the identity on PostgreSQL and from `counters` on
+SQLite). Only set-up uses this; every measured write goes through the store's API.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from sqlalchemy import text
+
+from app.store.store import AgentSessionStore
+from bench.common import EVENT_TYPE, payload
+
+_TEMPLATE = json.dumps(payload(0), separators=(",", ":"))
+
+_PG_EVENTS = text(
+    """
+    INSERT INTO session_events
+        (tenant_id, session_id, seq, event_id, xact_id, type, run_id, turn_id, payload,
+         created_at)
+    SELECT :tenant, :session, g, gen_random_uuid()::text, NULL, :type, 'run_bench',
+           'turn_' || g, CAST(:template AS jsonb) || jsonb_build_object('turn', g), now()
+    FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g
+    """
+)
+
+_SQLITE_EVENTS = text(
+    """
+    INSERT INTO session_events
+        (tenant_id, session_id, seq, event_id, position, xact_id, type, run_id, turn_id,
+         payload, created_at)
+    WITH RECURSIVE g(x) AS (SELECT :lo UNION ALL SELECT x + 1 FROM g WHERE x < :hi)
+    SELECT :tenant, :session, x, asr_uuid4(), :base + x, NULL, :type, 'run_bench',
+           'turn_' || x, json_set(:template, '$.turn', x), :now
+    FROM g
+    """
+)
+
+_BUMP = text(
+    "UPDATE sessions SET last_seq = :hi WHERE tenant_id = :tenant AND session_id = :session"
+)
+
+
+def _sqlite_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+async def fill(store: AgentSessionStore, tenant: str, session: str, lo: int, hi: int) -> None:
+    """Insert events lo..hi (inclusive) of an existing session whose last seq is lo - 1."""
+    if hi < lo:
+        return
+    params = {
+        "tenant": tenant,
+        "session": session,
+        "lo": lo,
+        "hi": hi,
+        "type": str(EVENT_TYPE),
+        "template": _TEMPLATE,
+    }
+    chunk = 50_000
+    for start in range(lo, hi + 1, chunk):
+        end = min(hi, start + chunk - 1)
+        async with store.write() as conn:
+            part = {**params, "lo": start, "hi": end}
+            if store.is_postgres:
+                await conn.execute(_PG_EVENTS, part)
+            else:
+                top = await store._reserve_positions(conn, end - start + 1)
+                base = top - (end - start + 1) - start + 1
+                await conn.execute(_SQLITE_EVENTS, {**part, "base": base, "now": _sqlite_now()})
+            await conn.execute(_BUMP, part)
+
+
+_PG_SCALE_SESSIONS = text(
+    """
+    INSERT INTO sessions
+        (tenant_id, session_id, root_session_id, parent_session_id, forked_from_seq, status,
+         metadata, agent, binding, last_seq, version, active_run_id, created_at, updated_at)
+    SELECT :tenant, 'scale-' || s, 'scale-' || s, NULL, NULL, 'idle', '{}', '{}', '{}', :per,
+           1, NULL, now(), now()
+    FROM generate_series(CAST(:lo AS int), CAST(:hi AS int)) AS s
+    """
+)
+
+_PG_SCALE_EVENTS = text(
+    """
+    INSERT INTO session_events
+        (tenant_id, session_id, seq, event_id, xact_id, type, run_id, turn_id, payload,
+         created_at)
+    SELECT :tenant, 'scale-' || s, g, gen_random_uuid()::text, NULL, :type, 'run_bench',
+           'turn_' || g, CAST(:template AS jsonb) || jsonb_build_object('turn', g), now()
+    FROM generate_series(CAST(:lo AS int), CAST(:hi AS int)) AS s,
+         generate_series(1, CAST(:per AS int)) AS g
+    """
+)
+
+_SQLITE_SCALE_SESSIONS = text(
+    """
+    INSERT INTO sessions
+        (tenant_id, session_id, root_session_id, parent_session_id, forked_from_seq, status,
+         metadata, agent, binding, last_seq, version, active_run_id, created_at, updated_at)
+    WITH RECURSIVE g(s) AS (SELECT :lo UNION ALL SELECT s + 1 FROM g WHERE s < :hi)
+    SELECT :tenant, 'scale-' || s, 'scale-' || s, NULL, NULL, 'idle', '{}', '{}', '{}', :per,
+           1, NULL, :now, :now
+    FROM g
+    """
+)
+
+_SQLITE_SCALE_EVENTS = text(
+    """
+    INSERT INTO session_events
+        (tenant_id, session_id, seq, event_id, position, xact_id, type, run_id, turn_id,
+         payload, created_at)
+    WITH RECURSIVE
+        ss(s) AS (SELECT :lo UNION ALL SELECT s + 1 FROM ss WHERE s < :hi),
+        gg(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM gg WHERE g < :per)
+    SELECT :tenant, 'scale-' || s, g, asr_uuid4(), :base + (s - :lo) * :per + g, NULL, :type,
+           'run_bench', 'turn_' || g, json_set(:template, '$.turn', g), :now
+    FROM ss, gg
+    """
+)
+
+
+async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events: int) -> None:
+    """`sessions` sessions of `events // sessions` events each, in chunks of transactions."""
+    per = max(1, events // sessions)
+    step = max(1, 50_000 // per)
+    for lo in range(1, sessions + 1, step):
+        hi = min(sessions, lo + step - 1)
+        params = {
+            "tenant": tenant,
+            "lo": lo,
+            "hi": hi,
+            "per": per,
+            "type": str(EVENT_TYPE),
+            "template": _TEMPLATE,
+        }
+        async with store.write() as conn:
+            if store.is_postgres:
+                await conn.execute(_PG_SCALE_SESSIONS, params)
+                await conn.execute(_PG_SCALE_EVENTS, params)
+            else:
+                now = _sqlite_now()
+                n = (hi - lo + 1) * per
+                base = await store._reserve_positions(conn, n) - n
+                await conn.execute(_SQLITE_SCALE_SESSIONS, {**params, "now": now})
+                await conn.execute(_SQLITE_SCALE_EVENTS, {**params, "base": base, "now": now})
+    async with store.write() as conn:
+        await conn.execute(text("ANALYZE"))
