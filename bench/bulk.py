@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
+from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from bench.common import EVENT_TYPE, payload
 
@@ -65,7 +66,7 @@ async def fill(store: AgentSessionStore, tenant: str, session: str, lo: int, hi:
     chunk = 50_000
     for start in range(lo, hi + 1, chunk):
         end = min(hi, start + chunk - 1)
-        async with store.write() as conn:
+        async with store.write(tenant) as conn:
             part = {**params, "lo": start, "hi": end}
             if store.is_postgres:
                 await conn.execute(_PG_EVENTS, part)
@@ -140,7 +141,7 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
             "type": str(EVENT_TYPE),
             "template": _TEMPLATE,
         }
-        async with store.write() as conn:
+        async with store.write(tenant) as conn:
             if store.is_postgres:
                 await conn.execute(_PG_SCALE_SESSIONS, params)
                 await conn.execute(_PG_SCALE_EVENTS, params)
@@ -150,5 +151,5 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
                 base = await store._reserve_positions(conn, n) - n
                 await conn.execute(_SQLITE_SCALE_SESSIONS, {**params, "now": now})
                 await conn.execute(_SQLITE_SCALE_EVENTS, {**params, "base": base, "now": now})
-    async with store.write() as conn:
+    async with store.write(ALL_TENANTS) as conn:
         await conn.execute(text("ANALYZE"))

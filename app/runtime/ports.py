@@ -59,6 +59,20 @@ class SnapshotRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionLoad:
+    """What resuming a session reads, from one consistent view (`load_session`).
+
+    `from_base`: the caller's own state is the base and `tail` follows it; otherwise the
+    base is `snapshot` (None: the beginning of the ledger).
+    """
+
+    session: SessionRecord
+    from_base: bool
+    snapshot: SnapshotRecord | None
+    tail: list[Event]
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     tenant_id: str
     run_id: str
@@ -185,6 +199,10 @@ class SessionStore(Protocol):
     ) -> AppendResult: ...
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
+
+    async def load_session(
+        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+    ) -> SessionLoad | None: ...
 
     async def list_sessions(
         self,

@@ -77,7 +77,8 @@ class SessionRuntime:
         self.live: LiveFrames = live or NoLiveFrames()
         # Runs report their stop reason, latency and model calls here (metrics).
         self.observer: Observer = observer or NullObserver()
-        self._cache: OrderedDict[tuple[str, str, datetime], SessionState] = OrderedDict()
+        # (tenant, session) -> (created_at of that incarnation, its newest folded state).
+        self._cache: OrderedDict[tuple[str, str], tuple[datetime, SessionState]] = OrderedDict()
 
     # ------------------------------------------------------------------ reading
 
@@ -103,18 +104,19 @@ class SessionRuntime:
 
     async def load(self, tenant_id: str, session_id: str) -> Loaded:
         """The session and its current state: cache or snapshot, plus the tail of events."""
-        record = await self.get(tenant_id, session_id)
+        cached = self._cached(tenant_id, session_id)
+        found = await self.store.load_session(
+            tenant_id, session_id, base=(cached[0], cached[1].seq) if cached else None
+        )
+        if found is None:
+            raise SessionNotFound(session_id)
+        record, tail = found.session, found.tail
         key = (tenant_id, session_id, record.created_at)
-        base = self._cache.get(key)
-        if base is None or base.seq > record.last_seq:
-            snap = await self.store.get_snapshot(tenant_id, session_id, at_or_below=record.last_seq)
-            base = SessionState.from_json(snap.state) if snap is not None else None
-        after = base.seq if base is not None else 0
-        tail: list[Event] = []
-        if after < record.last_seq:
-            tail = await self.store.list_events(
-                tenant_id, session_id, after_seq=after, until_seq=record.last_seq
-            )
+        base: SessionState | None
+        if found.from_base and cached is not None:
+            base = cached[1]
+        else:
+            base = SessionState.from_json(found.snapshot.state) if found.snapshot else None
         state = fold(base, tail)
         if state.seq != record.last_seq:
             raise RuntimeError(
@@ -234,8 +236,7 @@ class SessionRuntime:
     async def delete(self, tenant_id: str, session_id: str) -> None:
         if not await self.store.delete_session(tenant_id, session_id):
             raise SessionNotFound(session_id)
-        for key in [k for k in self._cache if k[0] == tenant_id and k[1] == session_id]:
-            del self._cache[key]
+        self._cache.pop((tenant_id, session_id), None)
 
     async def update_metadata(
         self, tenant_id: str, session_id: str, patch: dict[str, Any]
@@ -465,12 +466,17 @@ class SessionRuntime:
         self._remember((record.tenant_id, record.session_id, record.created_at), state)
         return Loaded(session=record, state=state.copy())
 
+    def _cached(self, tenant_id: str, session_id: str) -> tuple[datetime, SessionState] | None:
+        return self._cache.get((tenant_id, session_id))
+
     def _remember(self, key: tuple[str, str, datetime], state: SessionState) -> None:
-        current = self._cache.get(key)
-        if current is not None and current.seq > state.seq:
+        """Keep `state` unless a newer state of the same incarnation is already kept."""
+        tenant_id, session_id, created_at = key
+        current = self._cache.get((tenant_id, session_id))
+        if current is not None and current[0] == created_at and current[1].seq > state.seq:
             return
-        self._cache[key] = state.copy()
-        self._cache.move_to_end(key)
+        self._cache[(tenant_id, session_id)] = (created_at, state.copy())
+        self._cache.move_to_end((tenant_id, session_id))
         while len(self._cache) > _CACHE_MAX:
             self._cache.popitem(last=False)
 

@@ -43,6 +43,7 @@ from app.runtime.metadata import check_metadata_size, merge_patch
 from app.runtime.ports import (
     AppendResult,
     NewSession,
+    SessionLoad,
     SessionRecord,
     SnapshotRecord,
     TenantCursor,
@@ -215,9 +216,44 @@ class LedgerStore(StoreBase):
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session row, or None (also when it belongs to another tenant)."""
         async with self.read(tenant_id) as conn:
-            params = {"g_tenant": tenant_id, "g_session": session_id}
-            row = (await conn.execute(_GET_SESSION, params)).first()
+            return await self._session(conn, tenant_id, session_id)
+
+    async def _session(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str
+    ) -> SessionRecord | None:
+        params = {"g_tenant": tenant_id, "g_session": session_id}
+        row = (await conn.execute(_GET_SESSION, params)).first()
         return session_from_row(row) if row is not None else None
+
+    async def load_session(
+        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+    ) -> SessionLoad | None:
+        """Everything resuming a session reads, in one read transaction (None: no session).
+
+        `base` is (created_at, seq) of a state the caller already holds (its cache): when it
+        belongs to this incarnation of the session and is not ahead of the ledger, only the
+        events after it are read; otherwise the newest intact snapshot at or below the last
+        seq, and the events after that. One transaction also means one consistent view: the
+        row, the snapshot and the tail can never disagree about the last seq.
+        """
+        async with self.read(tenant_id) as conn:
+            record = await self._session(conn, tenant_id, session_id)
+            if record is None:
+                return None
+            snapshot = None
+            usable = base is not None and base[0] == record.created_at
+            if base is not None and usable and base[1] <= record.last_seq:
+                after = base[1]
+            else:
+                usable = False
+                snapshot = await self._intact_snapshot(conn, tenant_id, session_id, record.last_seq)
+                after = snapshot.seq if snapshot is not None else 0
+            tail = []
+            if after < record.last_seq:
+                tail = await self._events(
+                    conn, tenant_id, session_id, after_seq=after, until_seq=record.last_seq
+                )
+        return SessionLoad(session=record, from_base=usable, snapshot=snapshot, tail=tail)
 
     async def list_sessions(
         self,
@@ -434,6 +470,30 @@ class LedgerStore(StoreBase):
         limit: int | None = None,
     ) -> list[Event]:
         """Events in seq order; filters combine with AND."""
+        async with self.read(tenant_id) as conn:
+            return await self._events(
+                conn,
+                tenant_id,
+                session_id,
+                after_seq=after_seq,
+                until_seq=until_seq,
+                types=types,
+                run_id=run_id,
+                limit=limit,
+            )
+
+    async def _events(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
         stmt = _list_events_statement(
             until_seq is not None, bool(types), run_id is not None, limit is not None
         )
@@ -446,8 +506,7 @@ class LedgerStore(StoreBase):
             "l_run": run_id,
             "l_limit": limit,
         }
-        async with self.read(tenant_id) as conn:
-            rows = (await conn.execute(stmt, params)).all()
+        rows = (await conn.execute(stmt, params)).all()
         if self.is_postgres:  # asyncpg hands back aware datetimes: rows map 1:1 onto Event
             return [Event(*row) for row in rows]
         return [Event(e, s, q, t, p, as_utc(c), r, u, n) for e, s, q, t, p, c, r, u, n in rows]
@@ -682,6 +741,12 @@ class LedgerStore(StoreBase):
         A row whose content hash does not match is skipped, so a torn or tampered snapshot
         falls back to an older one (or to a full fold) instead of resuming wrong state.
         """
+        async with self.read(tenant_id) as conn:
+            return await self._intact_snapshot(conn, tenant_id, session_id, at_or_below)
+
+    async def _intact_snapshot(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str, at_or_below: int | None
+    ) -> SnapshotRecord | None:
         snap = session_snapshots.c
         stmt = select(session_snapshots).where(
             snap.tenant_id == tenant_id, snap.session_id == session_id
@@ -689,8 +754,7 @@ class LedgerStore(StoreBase):
         if at_or_below is not None:
             stmt = stmt.where(snap.seq <= at_or_below)
         stmt = stmt.order_by(snap.seq.desc()).limit(8)
-        async with self.read(tenant_id) as conn:
-            rows = (await conn.execute(stmt)).all()
+        rows = (await conn.execute(stmt)).all()
         for row in rows:
             m = row._mapping
             if state_hash(m["state"]) == m["state_hash"]:
