@@ -66,7 +66,8 @@ class Figures:
     events: int = 0
     problems: list[str] = field(default_factory=list)
     rss_kb: list[tuple[float, int]] = field(default_factory=list)  # (t, both replicas)
-    peak_connections: int = 0
+    peak_connections: int = 0  # above the baseline taken before the replicas start
+    baseline_connections: int = 0
     peak_notify_queue: float = 0.0
 
     def status(self, code: int) -> None:
@@ -213,10 +214,11 @@ async def sample(
             if conn is not None:
                 count = await conn.fetchval(
                     "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = $1 AND pid <> pg_backend_pid()",
-                    make_url(admin_dsn).database,
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
-                figures.peak_connections = max(figures.peak_connections, int(count))
+                figures.peak_connections = max(
+                    figures.peak_connections, int(count) - figures.baseline_connections
+                )
                 usage = await conn.fetchval("SELECT pg_notification_queue_usage()")
                 figures.peak_notify_queue = max(figures.peak_notify_queue, float(usage))
             try:
@@ -240,14 +242,22 @@ async def make_key(database_url: str) -> str:
         await engine.dispose()
 
 
+async def connections(admin_dsn: str) -> int:
+    """Server connections to the database now (other than this one)."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    finally:
+        await conn.close()
+
+
 async def load(database_url: str, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     key = await make_key(database_url)
-    servers = [
-        await asyncio.to_thread(start_server, database_url, log_dir / f"{name}.log", **REPLICA_ENV)
-        for name in ("a", "b")
-    ]
-    headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=args.in_flight, max_keepalive_connections=args.in_flight)
     figures = Figures()
     postgres = database_url.startswith("postgresql")
     admin_dsn = (
@@ -255,6 +265,15 @@ async def load(database_url: str, args: argparse.Namespace, log_dir: Path) -> di
         if postgres
         else None
     )
+    if admin_dsn is not None:
+        # Connections that are not the replicas' (other engines of the calling process).
+        figures.baseline_connections = await connections(admin_dsn)
+    servers = [
+        await asyncio.to_thread(start_server, database_url, log_dir / f"{name}.log", **REPLICA_ENV)
+        for name in ("a", "b")
+    ]
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=args.in_flight, max_keepalive_connections=args.in_flight)
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample(servers, admin_dsn, figures, stop))
     clients = [
