@@ -30,6 +30,7 @@ import random
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,6 +69,7 @@ class Figures:
     rss_kb: list[tuple[float, int]] = field(default_factory=list)  # (t, both replicas)
     peak_connections: int = 0  # above the baseline taken before the replicas start
     baseline_connections: int = 0
+    retries: int = 0
     peak_notify_queue: float = 0.0
 
     def status(self, code: int) -> None:
@@ -130,8 +132,21 @@ async def worker(
     rng = random.Random(n)
 
     async def call(replica: int, method: str, path: str, **kw: Any) -> httpx.Response:
-        async with gate:
-            response = await clients[replica % 2].request(method, path, **kw)
+        # Every write carries an Idempotency-Key, so a request whose connection broke (a
+        # keep-alive connection the server closed as it was reused) is sent again safely,
+        # as a real client would; such retries are counted.
+        headers = {"Idempotency-Key": uuid.uuid4().hex} if method == "POST" else {}
+        for attempt in range(3):
+            try:
+                async with gate:
+                    response = await clients[replica % 2].request(
+                        method, path, headers=headers, **kw
+                    )
+                break
+            except httpx.TransportError:
+                figures.retries += 1
+                if attempt == 2:
+                    raise
         figures.status(response.status_code)
         return response
 
@@ -273,7 +288,10 @@ async def load(database_url: str, args: argparse.Namespace, log_dir: Path) -> di
         for name in ("a", "b")
     ]
     headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=args.in_flight, max_keepalive_connections=args.in_flight)
+    # Idle connections are dropped before uvicorn's 5 s keep-alive timeout closes them.
+    limits = httpx.Limits(
+        max_connections=args.in_flight, max_keepalive_connections=args.in_flight, keepalive_expiry=2
+    )
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample(servers, admin_dsn, figures, stop))
     clients = [
@@ -332,6 +350,7 @@ def report(
         "sessions_done": figures.sessions,
         "events_audited": figures.events,
         "requests": sum(figures.statuses.values()),
+        "retries_after_transport_errors": figures.retries,
         "statuses": {str(k): v for k, v in sorted(figures.statuses.items())},
         "appends": len(figures.append_ms),
         "appends_per_s": round(len(figures.append_ms) / elapsed, 1),
@@ -366,7 +385,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--appends", type=int, default=20)
-    parser.add_argument("--think-ms", type=float, default=250)
+    parser.add_argument("--think-ms", type=float, default=1000)
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument(
         "--round-seconds", type=float, default=20, help="no new round this close to the end"
