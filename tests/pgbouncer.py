@@ -55,8 +55,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(root: Path, *, upstream_port: int = 5432, timeout: float = 15) -> int:
-    """Start PgBouncer with its files in `root`; returns the port once it accepts."""
+def start(
+    root: Path,
+    *,
+    upstream_port: int = 5432,
+    users: tuple[str, ...] = ("postgres",),
+    timeout: float = 15,
+) -> int:
+    """Start PgBouncer with its files in `root`; returns the port once it accepts.
+
+    `users` may connect through it (trust auth still wants each name in its auth_file): the
+    suite's PostgreSQL tier connects as a non-owner app role (ASR_TEST_DB_ROLES)."""
     exe = binary()
     if exe is None:
         raise RuntimeError("pgbouncer is not installed (Debian package `pgbouncer`)")
@@ -65,7 +74,7 @@ def start(root: Path, *, upstream_port: int = 5432, timeout: float = 15) -> int:
     (root / "pgbouncer.ini").write_text(
         CONFIG.format(upstream_port=upstream_port, port=port, root=root)
     )
-    (root / "userlist.txt").write_text('"postgres" ""\n')
+    (root / "userlist.txt").write_text("".join(f'"{user}" ""\n' for user in users))
     command = [exe, "-d", str(root / "pgbouncer.ini")]
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")

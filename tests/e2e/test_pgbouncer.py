@@ -36,7 +36,8 @@ def bouncer_url(is_postgres: bool, database_url: str) -> Iterator[str]:
     # Not under pytest's tmp_path: as root, PgBouncer runs as `postgres`, which must read it.
     root = Path(tempfile.mkdtemp(prefix="asr-pgbouncer-"))
     try:
-        port = pgbouncer.start(root, upstream_port=url.port or 5432)
+        users = tuple({"postgres", url.username or "postgres"})
+        port = pgbouncer.start(root, upstream_port=url.port or 5432, users=users)
         yield url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
     finally:
         pgbouncer.stop(root)
