@@ -182,7 +182,9 @@ class RunManager:
         live = _Live(run=record)
         self._live[run_id] = live
         live.task = asyncio.create_task(
-            self._execute(record, options, start_events if queued else None, live),
+            self._execute(
+                record, options, start_events if queued else None, live, loaded.session.agent
+            ),
             name=f"run:{run_id}",
             # The run's log lines name it (and its session), not the request that started it.
             context=task_context(tenant_id=tenant_id, session_id=session_id, run_id=run_id),
@@ -285,7 +287,10 @@ class RunManager:
         options: RunOptions,
         queued_events: list[NewEvent] | None,
         live: _Live,
+        agent: dict[str, Any],
     ) -> None:
+        """Run the loop to its end. `agent` is the session's spec as `start` just read it; a
+        queued run reads it again once it has its turn, since it may wait a long time."""
         stop_heartbeat = asyncio.Event()
         heartbeat = asyncio.create_task(self._heartbeat(run, live, stop_heartbeat))
         started = time.monotonic()
@@ -295,14 +300,14 @@ class RunManager:
                 if claimed is None:
                     return
                 run = claimed
-            session = await self.runtime.get(run.tenant_id, run.session_id)
+                agent = (await self.runtime.get(run.tenant_id, run.session_id)).agent
             controller = LoopController(
                 run_id=run.run_id,
                 options=options,
                 model=_Interruptible(
-                    self.model_for(session.agent),
+                    self.model_for(agent),
                     live.interrupted,
-                    provider=AgentSpec.model_validate(session.agent or {}).provider,
+                    provider=AgentSpec.model_validate(agent or {}).provider,
                     observer=self.runtime.observer,
                 ),
                 tools=_InterruptibleTools(self.tools, live.interrupted),
@@ -318,7 +323,7 @@ class RunManager:
                 seconds=time.monotonic() - started,
             )
             await auto_compact(
-                self.runtime, run.tenant_id, run.session_id, self.summarizer_for(session.agent)
+                self.runtime, run.tenant_id, run.session_id, self.summarizer_for(agent)
             )
         except RunFenced:
             pass  # taken over: whoever fenced the run writes its end
