@@ -107,10 +107,11 @@ class RunFinish:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """What one append transaction committed."""
+    """What one append transaction committed (`run`: the run row, when it ended the run)."""
 
     session: SessionRecord
     events: list[Event]
+    run: RunRecord | None = None
 
 
 _BIGINT_MAX = 2**63 - 1

@@ -95,6 +95,7 @@ class _Live:
     interrupted: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
+    ended: RunRecord | None = None  # the run row as the finishing write committed it
 
 
 def default_owner() -> str:
@@ -344,13 +345,14 @@ class RunManager:
     async def _finish(
         self, run: RunRecord, live: _Live, outcome: Outcome, controller: LoopController
     ) -> None:
-        await self._write(
+        result = await self._write(
             run,
             live,
             outcome.events,
             {"turns": controller.turns, "usage": dict(controller.usage)},
             finish=RunFinish(outcome.status, outcome.stop_reason, outcome.output, outcome.error),
         )
+        live.ended = result.run
 
     async def _fail(self, run: RunRecord, live: _Live, exc: Exception) -> None:
         problem = {"code": "internal_error", "detail": "the run failed unexpectedly"}
@@ -458,6 +460,9 @@ class RunManager:
         if live is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(live.done.wait(), within_seconds)
+            ended = live.ended
+            if live.done.is_set() and ended is not None and ended.tenant_id == tenant_id:
+                return ended  # an ended run's row no longer changes: no need to re-read it
         run = await self.store.get_run(tenant_id, run_id)
         if run is None:
             raise RunNotFound(run_id)

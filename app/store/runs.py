@@ -268,12 +268,16 @@ class RunStore(LedgerStore):
                     lease_expires_at=None,
                 )
                 record = await self._release_session(conn, tenant_id, session_id, run_id, record)
-            await conn.execute(
+            stmt = (
                 update(runs)
                 .where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
                 .values(**run_values)
             )
-        return AppendResult(session=record, events=written)
+            if finish is None:
+                await conn.execute(stmt)
+                return AppendResult(session=record, events=written)
+            ended = (await conn.execute(stmt.returning(*runs.c))).one()
+        return AppendResult(session=record, events=written, run=run_from_row(ended))
 
     async def _release_session(
         self, conn: AsyncConnection, tenant_id: str, session_id: str, run_id: str, record: Any
