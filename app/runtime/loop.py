@@ -121,7 +121,8 @@ class LoopController:
         return {"turns": self.turns, "usage": dict(self.usage)}
 
     async def run(self) -> Outcome:
-        await self._settle_decided_calls()
+        # The state settling read, when it wrote nothing, is the first turn's state too.
+        unchanged = await self._settle_decided_calls()
         continuation: str | None = None
         while True:
             budget = self._budget_exceeded()
@@ -129,7 +130,8 @@ class LoopController:
                 return budget
             self.turns += 1
             turn_id = f"{self.run_id}.t{self.turns}"
-            state = await self._compacted_state(turn_id)
+            state = await self._compacted_state(turn_id, unchanged)
+            unchanged = None
             items, report = project(state.items, state.summary, self.opts.context_budget)
             request = ModelRequest(
                 model=self.opts.model or "",
@@ -186,9 +188,12 @@ class LoopController:
                     self._progress(),
                 )
 
-    async def _compacted_state(self, turn_id: str) -> SessionState:
-        """Memory before a turn, after automatic compaction if the policy calls for it."""
-        state = await self.load()
+    async def _compacted_state(
+        self, turn_id: str, current: SessionState | None = None
+    ) -> SessionState:
+        """Memory before a turn (`current`, or read now), after automatic compaction if the
+        policy calls for it."""
+        state = current if current is not None else await self.load()
         if self.opts.summarizer is None:
             return state
         events = await plan_auto_compaction(state, self.opts.compaction, self.opts.summarizer)
@@ -350,8 +355,9 @@ class LoopController:
             turn_id,
         )
 
-    async def _settle_decided_calls(self) -> None:
-        """Before the first turn: run approved calls, answer rejected ones."""
+    async def _settle_decided_calls(self) -> SessionState | None:
+        """Before the first turn: run approved calls, answer rejected ones. Returns the state
+        it read when it wrote nothing (else None: the writes changed it)."""
         state = await self.load()
         events: list[NewEvent] = []
         for call_id, call in state.pending.items():
@@ -366,8 +372,10 @@ class LoopController:
                 reason = call.get("reason") or "no reason given"
                 output, is_error = f"rejected by the user: {reason}", False
             events.append(self._result(call_id, output, is_error, None))
-        if events:
-            await self.write(events, self._progress())
+        if not events:
+            return state
+        await self.write(events, self._progress())
+        return None
 
     def _stop(
         self,
