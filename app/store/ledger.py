@@ -241,19 +241,17 @@ class LedgerStore(StoreBase):
             if record is None:
                 return None
             snapshot = None
-            usable = base is not None and base[0] == record.created_at
-            if base is not None and usable and base[1] <= record.last_seq:
-                after = base[1]
+            if base is not None and base[0] == record.created_at and base[1] <= record.last_seq:
+                from_base, after = True, base[1]
             else:
-                usable = False
                 snapshot = await self._intact_snapshot(conn, tenant_id, session_id, record.last_seq)
-                after = snapshot.seq if snapshot is not None else 0
+                from_base, after = False, (snapshot.seq if snapshot is not None else 0)
             tail = []
             if after < record.last_seq:
                 tail = await self._events(
                     conn, tenant_id, session_id, after_seq=after, until_seq=record.last_seq
                 )
-        return SessionLoad(session=record, from_base=usable, snapshot=snapshot, tail=tail)
+        return SessionLoad(session=record, from_base=from_base, snapshot=snapshot, tail=tail)
 
     async def list_sessions(
         self,
