@@ -26,10 +26,19 @@ def policy_of(agent: dict[str, Any]) -> CompactionPolicy:
 
 
 async def auto_compact(
-    runtime: SessionRuntime, tenant_id: str, session_id: str, summarizer: Summarizer
+    runtime: SessionRuntime,
+    tenant_id: str,
+    session_id: str,
+    summarizer: Summarizer,
+    *,
+    loaded: Loaded | None = None,
 ) -> None:
-    """Automatic compaction between runs: conditional on the seq it was planned at."""
-    loaded = await runtime.load(tenant_id, session_id)
+    """Automatic compaction between runs: conditional on the seq it was planned at.
+
+    `loaded` is the session as the caller last wrote it (a run's finishing write), which
+    spares a read; the conditional append makes a stale one harmless.
+    """
+    loaded = loaded or await runtime.load(tenant_id, session_id)
     if loaded.session.active_run_id:
         return
     events = await plan_auto_compaction(loaded.state, policy_of(loaded.session.agent), summarizer)

@@ -289,16 +289,18 @@ class LoopController:
             events.append(NewEvent(EventType.TOOL_CALL, payload, self.run_id, turn_id))
             if kinds[call.call_id] == "approval":
                 events.append(NewEvent(EventType.APPROVAL_REQUESTED, payload, self.run_id, turn_id))
-        await self.write(events, self._progress())
-        if not response.tool_calls:
-            if response.needs_continuation:
-                return None
+        if not response.tool_calls and not response.needs_continuation:
             reason = (
                 StopReason.NEEDS_USER_INPUT
                 if response.text.rstrip().endswith("?")
                 else StopReason.COMPLETED
             )
-            return self._stop(reason, turn_id, response.text)
+            # The run ends with this response: the response and the run's end are one write
+            # (one commit fewer per run), in the same order as ever.
+            return self._stop(reason, turn_id, response.text, extra=events)
+        await self.write(events, self._progress())
+        if not response.tool_calls:
+            return None
         self.tool_calls += len(response.tool_calls)
         results, failed = await self._run_server_tools(response, kinds, turn_id)
         pending = [c for c in response.tool_calls if kinds[c.call_id] != "server"]

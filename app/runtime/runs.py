@@ -40,9 +40,10 @@ from app.runtime.events import EventType, NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.models.base import ModelClient, ModelError, ToolSpec
 from app.runtime.observer import Observer
-from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
+from app.runtime.projector import fold
 from app.runtime.redaction import Redactor
-from app.runtime.service import SessionRuntime
+from app.runtime.service import Loaded, SessionRuntime
 from app.runtime.state import SessionState
 from app.runtime.tools import ToolContext, ToolRegistry
 from app.tracing import span
@@ -96,6 +97,10 @@ class _Live:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
     ended: RunRecord | None = None  # the run row as the finishing write committed it
+    # The session's state as of the run's newest write, carried from write to write so that
+    # the loop never re-reads what it just wrote; None when unknown (then it is read).
+    state: SessionState | None = None
+    session: SessionRecord | None = None  # the session row as the newest write left it
 
 
 def default_owner() -> str:
@@ -154,7 +159,7 @@ class RunManager:
             SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending.
         """
         loaded = await self.runtime.load(tenant_id, session_id)
-        await self._check_tenant_limits(tenant_id)
+        self._check_rate(tenant_id)
         options = self.resolve_options(loaded.session.agent, request)
         if request.input is not None:
             waiting = [
@@ -169,7 +174,7 @@ class RunManager:
         run_id = f"run_{uuid.uuid4().hex}"
         start_events = self._start_events(run_id, request, options)
         queued = request.multitask == "enqueue"
-        record, _ = await self.store.create_run(
+        record, started = await self.store.create_run(
             tenant_id,
             session_id,
             input=request.input,
@@ -179,8 +184,12 @@ class RunManager:
             idempotency_key=idempotency_key,
             run_id=run_id,
             start_events=None if queued else start_events,
+            max_live_runs=self.max_live_runs,
         )
+        self._recent[tenant_id].append(time.monotonic())
         live = _Live(run=record)
+        if started is not None:
+            self._carry(live, started, loaded.state)
         self._live[run_id] = live
         live.task = asyncio.create_task(
             self._execute(
@@ -192,8 +201,9 @@ class RunManager:
         )
         return record
 
-    async def _check_tenant_limits(self, tenant_id: str) -> None:
-        """Runs per minute (this replica's window) and live runs (all replicas) per tenant."""
+    def _check_rate(self, tenant_id: str) -> None:
+        """Runs per minute (this replica's window). Live runs per tenant (all replicas) are
+        counted by the store in the transaction that creates the run."""
         now = time.monotonic()
         recent = self._recent.setdefault(tenant_id, collections.deque())
         while recent and recent[0] < now - 60:
@@ -203,13 +213,6 @@ class RunManager:
             raise TooManyRequests(
                 f"at most {self.max_runs_per_minute} runs a minute", retry_after=wait
             )
-        if await self.store.count_live_runs(tenant_id) >= self.max_live_runs:
-            raise TooManyRequests(
-                f"at most {self.max_live_runs} active or queued runs per tenant",
-                retry_after=1,
-                code="too_many_runs",
-            )
-        recent.append(now)
 
     def _start_events(
         self, run_id: str, request: RunRequest, options: RunOptions
@@ -313,7 +316,7 @@ class RunManager:
                 ),
                 tools=_InterruptibleTools(self.tools, live.interrupted),
                 write=lambda events, progress: self._write(run, live, events, progress),
-                load=lambda: self._state(run),
+                load=lambda: self._state(run, live),
                 publish=lambda frame: self._publish(run, live, frame),
                 context=ToolContext(run.tenant_id, run.session_id, run.run_id),
             )
@@ -323,8 +326,15 @@ class RunManager:
                 stop_reason=str(outcome.stop_reason or outcome.status.upper()),
                 seconds=time.monotonic() - started,
             )
+            carried = None
+            if live.state is not None and live.session is not None:
+                carried = Loaded(session=live.session, state=live.state.copy())
             await auto_compact(
-                self.runtime, run.tenant_id, run.session_id, self.summarizer_for(agent)
+                self.runtime,
+                run.tenant_id,
+                run.session_id,
+                self.summarizer_for(agent),
+                loaded=carried,
             )
         except RunFenced:
             pass  # taken over: whoever fenced the run writes its end
@@ -378,6 +388,7 @@ class RunManager:
         result = await self.store.append_run_events(
             run.tenant_id,
             run.run_id,
+            session_id=run.session_id,
             epoch=run.epoch,
             events=events,
             lease_until=self._lease_until(),
@@ -387,10 +398,29 @@ class RunManager:
         for event in result.events:
             for queue in live.listeners:
                 queue.put_nowait(("event", event))
+        self._carry(live, result, live.state)
         return result
 
-    async def _state(self, run: RunRecord) -> SessionState:
-        return (await self.runtime.load(run.tenant_id, run.session_id)).state
+    def _carry(self, live: _Live, result: AppendResult, state: SessionState | None) -> None:
+        """Fold what a write of this run committed into the state it carries (and into the
+        runtime's cache), if the write followed that state directly; otherwise forget it.
+
+        A gap between the carried seq and the write's first seq means someone else appended
+        in between: the state is read again when next needed.
+        """
+        live.session = result.session
+        if state is None or not result.events or result.events[0].seq != state.seq + 1:
+            live.state = None if result.events else state
+            return
+        live.state = fold(state, result.events)
+        self.runtime.remember(result.session, live.state)
+
+    async def _state(self, run: RunRecord, live: _Live) -> SessionState:
+        if live.state is not None:
+            return live.state.copy()
+        loaded = await self.runtime.load(run.tenant_id, run.session_id)
+        live.state, live.session = loaded.state.copy(), loaded.session
+        return loaded.state
 
     def _publish(self, run: RunRecord, live: _Live, frame: dict[str, Any]) -> None:
         # Deltas are never stored, but they reach people: they pass the same redaction.

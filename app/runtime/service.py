@@ -466,6 +466,11 @@ class SessionRuntime:
         self._remember((record.tenant_id, record.session_id, record.created_at), state)
         return Loaded(session=record, state=state.copy())
 
+    def remember(self, record: SessionRecord, state: SessionState) -> None:
+        """Keep `state`, the fold of `record`'s ledger up to `state.seq`, as the session's
+        cached state (for a writer that folded its own committed events)."""
+        self._remember((record.tenant_id, record.session_id, record.created_at), state)
+
     def _cached(self, tenant_id: str, session_id: str) -> tuple[datetime, SessionState] | None:
         return self._cache.get((tenant_id, session_id))
 

@@ -1,27 +1,28 @@
 """Runs: the one-active-run rule, leases, and fenced writes.
 
-Every write a run makes goes through `append_run_events`, whose transaction first does
-`UPDATE runs ... WHERE run_id = :r AND epoch = :e AND status = 'running'`. A takeover
-(cancel, interrupt, lease expiry) bumps the epoch, so an owner that was paused past its
-lease finds zero rows and writes nothing. "One active run per session" is the conditional
-`UPDATE sessions SET active_run_id = :r WHERE active_run_id IS NULL`, atomic on every
-replica.
+Every write a run makes goes through `append_run_events`, whose transaction does
+`UPDATE runs ... WHERE run_id = :r AND epoch = :e AND status = 'running'` before it inserts
+anything. A takeover (cancel, interrupt, lease expiry) bumps the epoch, so an owner that was
+paused past its lease finds zero rows and its whole transaction rolls back. "One active run
+per session" is the conditional `UPDATE sessions SET active_run_id = :r WHERE active_run_id
+IS NULL`, atomic on every replica.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, func, select, update
+from sqlalchemy import BigInteger, Row, bindparam, case, func, literal, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound
+from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound, TooManyRequests
 from app.runtime.events import NewEvent
-from app.runtime.ports import AppendResult, RunFinish, RunRecord
+from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
 from app.store.base import ALL_TENANTS, as_utc, session_from_row, utcnow
-from app.store.ledger import LedgerStore
+from app.store.ledger import LedgerStore, _xact_id_column
 from app.store.tables import runs, sessions
 
 LIVE = ("queued", "running")
@@ -56,6 +57,35 @@ def run_from_row(row: Row[Any]) -> RunRecord:
     )
 
 
+_COUNT_LIVE = (
+    select(func.count())
+    .select_from(runs)
+    .where(runs.c.tenant_id == bindparam("c_tenant"), runs.c.status.in_(LIVE))
+)
+
+
+@functools.cache
+def _reserve_for_run(postgres: bool, finishing: bool) -> Any:
+    """Reserve a run step's seqs; when `finishing`, also free the session, in the same
+    UPDATE, if (and only if) this run still holds it."""
+    c = sessions.c
+    values: dict[str, Any] = {
+        "last_seq": c.last_seq + bindparam("r_n", type_=BigInteger),
+        "version": c.version + 1,
+        "updated_at": bindparam("r_now", type_=c.updated_at.type),
+    }
+    if finishing:
+        held = c.active_run_id == bindparam("r_run")
+        values["active_run_id"] = case((held, null()), else_=c.active_run_id)
+        values["status"] = case((held, literal("idle")), else_=c.status)
+    return (
+        update(sessions)
+        .where(c.tenant_id == bindparam("r_tenant"), c.session_id == bindparam("r_session"))
+        .values(**values)
+        .returning(*c, _xact_id_column(postgres))
+    )
+
+
 class RunStore(LedgerStore):
     async def create_run(
         self,
@@ -69,12 +99,17 @@ class RunStore(LedgerStore):
         idempotency_key: str | None = None,
         run_id: str | None = None,
         start_events: list[NewEvent] | None = None,
+        max_live_runs: int | None = None,
     ) -> tuple[RunRecord, AppendResult | None]:
         """Insert a run: `queued`, or, with `start_events`, claimed at once in the same
         transaction (so a refused start leaves no row behind).
 
+        `max_live_runs` refuses the run when the tenant already has that many queued or
+        running runs (counted in this transaction: one fewer round of BEGIN/COMMIT per run
+        than a separate check, and no more racy than one).
+
         Raises:
-            SessionNotFound, RunAlreadyActive (only with start_events).
+            SessionNotFound, TooManyRequests, RunAlreadyActive (only with start_events).
         """
         now = utcnow()
         values = {
@@ -94,6 +129,16 @@ class RunStore(LedgerStore):
             "updated_at": now,
         }
         async with self.write(tenant_id) as conn:
+            if max_live_runs is not None:
+                live = (await conn.execute(_COUNT_LIVE, {"c_tenant": tenant_id})).scalar_one()
+                if live >= max_live_runs:
+                    raise TooManyRequests(
+                        f"at most {max_live_runs} active or queued runs per tenant",
+                        retry_after=1,
+                        code="too_many_runs",
+                    )
+            if start_events is not None:
+                return await self._insert_claimed(conn, values, start_events)
             exists = (
                 await conn.execute(
                     select(sessions.c.session_id).where(
@@ -104,10 +149,36 @@ class RunStore(LedgerStore):
             if exists is None:
                 raise SessionNotFound(session_id)
             row = (await conn.execute(runs.insert().values(**values).returning(*runs.c))).one()
-            run = run_from_row(row)
-            if start_events is None:
-                return run, None
-            return await self._claim(conn, run, owner, lease_until, start_events)
+            return run_from_row(row), None
+
+    async def _insert_claimed(
+        self, conn: AsyncConnection, values: dict[str, Any], events: list[NewEvent]
+    ) -> tuple[RunRecord, AppendResult]:
+        """A new run that is the session's active run from its first row on: the session is
+        claimed (and its seqs reserved) first, so the run row is written once, already
+        running, and the session's existence needs no read of its own."""
+        now = values["created_at"]
+        session, xact_id = await self._claim_session(
+            conn, values["tenant_id"], values["session_id"], values["run_id"], len(events), now
+        )
+        first = session.last_seq - len(events) + 1
+        row = (
+            await conn.execute(
+                runs.insert()
+                .values(
+                    {
+                        **values,
+                        "status": "running",
+                        "started_at": now,
+                        "first_seq": first,
+                        "last_seq": session.last_seq,
+                    }
+                )
+                .returning(*runs.c)
+            )
+        ).one()
+        written = await self._insert_events(conn, session, events, first_seq=first, xact_id=xact_id)
+        return run_from_row(row), AppendResult(session=session, events=written)
 
     async def claim_run(
         self,
@@ -145,41 +216,11 @@ class RunStore(LedgerStore):
         events: list[NewEvent],
     ) -> tuple[RunRecord, AppendResult]:
         now = utcnow()
-        n = len(events)
-        stmt = (
-            update(sessions)
-            .where(
-                sessions.c.tenant_id == run.tenant_id,
-                sessions.c.session_id == run.session_id,
-                sessions.c.active_run_id.is_(None),
-            )
-            .values(
-                active_run_id=run.run_id,
-                status="running",
-                last_seq=sessions.c.last_seq + n,
-                version=sessions.c.version + 1,
-                updated_at=now,
-            )
-            .returning(*sessions.c, self._xact_id_column())
+        session, xact_id = await self._claim_session(
+            conn, run.tenant_id, run.session_id, run.run_id, len(events), now
         )
-        row = (await conn.execute(stmt)).first()
-        if row is None:
-            active = (
-                await conn.execute(
-                    select(sessions.c.active_run_id).where(
-                        sessions.c.tenant_id == run.tenant_id,
-                        sessions.c.session_id == run.session_id,
-                    )
-                )
-            ).first()
-            if active is None:
-                raise SessionNotFound(run.session_id)
-            raise RunAlreadyActive(active.active_run_id)
-        session = session_from_row(row)
-        first = session.last_seq - n + 1
-        written = await self._insert_events(
-            conn, session, events, first_seq=first, xact_id=row._mapping["xact_id"]
-        )
+        first = session.last_seq - len(events) + 1
+        written = await self._insert_events(conn, session, events, first_seq=first, xact_id=xact_id)
         claimed = (
             await conn.execute(
                 update(runs)
@@ -197,6 +238,50 @@ class RunStore(LedgerStore):
             )
         ).one()
         return run_from_row(claimed), AppendResult(session=session, events=written)
+
+    async def _claim_session(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        run_id: str,
+        n: int,
+        now: datetime,
+    ) -> tuple[SessionRecord, int | None]:
+        """Make `run_id` the session's active run and reserve `n` seqs, or raise.
+
+        Raises:
+            SessionNotFound, RunAlreadyActive.
+        """
+        stmt = (
+            update(sessions)
+            .where(
+                sessions.c.tenant_id == tenant_id,
+                sessions.c.session_id == session_id,
+                sessions.c.active_run_id.is_(None),
+            )
+            .values(
+                active_run_id=run_id,
+                status="running",
+                last_seq=sessions.c.last_seq + n,
+                version=sessions.c.version + 1,
+                updated_at=now,
+            )
+            .returning(*sessions.c, self._xact_id_column())
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is not None:
+            return session_from_row(row), row._mapping["xact_id"]
+        active = (
+            await conn.execute(
+                select(sessions.c.active_run_id).where(
+                    sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                )
+            )
+        ).first()
+        if active is None:
+            raise SessionNotFound(session_id)
+        raise RunAlreadyActive(active.active_run_id)
 
     async def _older_queued(self, conn: AsyncConnection, run: RunRecord) -> bool:
         older = (
@@ -218,6 +303,7 @@ class RunStore(LedgerStore):
         tenant_id: str,
         run_id: str,
         *,
+        session_id: str,
         epoch: int,
         events: list[NewEvent],
         lease_until: datetime,
@@ -226,40 +312,37 @@ class RunStore(LedgerStore):
     ) -> AppendResult:
         """Write one step of a run, fenced by its epoch; optionally end the run.
 
+        Three statements: reserve the seqs (and, when finishing, free the session if this
+        run holds it), then the fenced update of the run row (lease, progress, last seq and,
+        when finishing, its end), then the events. A fenced run finds no run row and rolls
+        the whole transaction back, reservation included.
+
         Raises:
             RunFenced: the run was taken over; nothing was written.
         """
         now = utcnow()
+        n = len(events)
         async with self.write(tenant_id) as conn:
-            fence = (
-                await conn.execute(
-                    update(runs)
-                    .where(
-                        runs.c.tenant_id == tenant_id,
-                        runs.c.run_id == run_id,
-                        runs.c.epoch == epoch,
-                        runs.c.status == "running",
-                    )
-                    .values(lease_expires_at=lease_until, updated_at=now, **(progress or {}))
-                    .returning(runs.c.session_id)
-                )
-            ).first()
-            if fence is None:
-                raise RunFenced(f"run {run_id} was taken over")
-            session_id = fence.session_id
-            record, xact_id = await self._reserve(
-                conn, tenant_id, session_id, len(events), None, None
-            )
-            written = await self._insert_events(
-                conn,
-                record,
-                events,
-                first_seq=record.last_seq - len(events) + 1,
-                xact_id=xact_id,
-            )
-            run_values: dict[str, Any] = {"last_seq": record.last_seq}
+            params = {
+                "r_tenant": tenant_id,
+                "r_session": session_id,
+                "r_n": n,
+                "r_now": now,
+                "r_run": run_id,
+            }
+            reserve = _reserve_for_run(self.is_postgres, finish is not None)
+            row = (await conn.execute(reserve, params)).first()
+            if row is None:
+                raise SessionNotFound(session_id)
+            record, xact_id = session_from_row(row), row._mapping["xact_id"]
+            values: dict[str, Any] = {
+                "lease_expires_at": lease_until,
+                "updated_at": now,
+                "last_seq": record.last_seq,
+                **(progress or {}),
+            }
             if finish is not None:
-                run_values.update(
+                values.update(
                     status=finish.status,
                     stop_reason=finish.stop_reason,
                     output=self.redactor.value(finish.output),
@@ -267,16 +350,30 @@ class RunStore(LedgerStore):
                     finished_at=now,
                     lease_expires_at=None,
                 )
-                record = await self._release_session(conn, tenant_id, session_id, run_id, record)
-            stmt = (
+            fenced = (
                 update(runs)
-                .where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
-                .values(**run_values)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.run_id == run_id,
+                    runs.c.epoch == epoch,
+                    runs.c.status == "running",
+                )
+                .values(**values)
             )
-            if finish is None:
-                await conn.execute(stmt)
-                return AppendResult(session=record, events=written)
-            ended = (await conn.execute(stmt.returning(*runs.c))).one()
+            ended = (
+                await conn.execute(
+                    fenced.returning(*runs.c)
+                    if finish is not None
+                    else fenced.returning(runs.c.run_id)
+                )
+            ).first()
+            if ended is None:
+                raise RunFenced(f"run {run_id} was taken over")
+            written = await self._insert_events(
+                conn, record, events, first_seq=record.last_seq - n + 1, xact_id=xact_id
+            )
+        if finish is None:
+            return AppendResult(session=record, events=written)
         return AppendResult(session=record, events=written, run=run_from_row(ended))
 
     async def _release_session(
