@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
-from app.store.engine import WRITE_OPTION
-from app.store.notify import Announcer
+from app.store.engine import WRITE_OPTION, behind_pgbouncer
+from app.store.notify import Announcer, Wakeup
+from app.store.pgfunctions import PgFunctions
 from app.tracing import span
 
 # The tenant of a transaction that may touch every tenant's rows: auth by key prefix, the
@@ -47,6 +48,12 @@ class StoreBase:
     def __init__(self, engine: AsyncEngine, *, notify: bool = True) -> None:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
+        # PostgreSQL's one-round-trip writes (stored functions); None on SQLite.
+        self.functions = (
+            PgFunctions(engine, in_transaction=behind_pgbouncer(engine))
+            if self.is_postgres
+            else None
+        )
         # Live readers are woken by every transaction that inserts events (see notify.py).
         self.announcer = Announcer(notify=notify and self.is_postgres)
         # SQLite has one writer at a time anyway; queueing writers here, in order, beats
@@ -84,6 +91,14 @@ class StoreBase:
             self.announcer.after_commit(wakeups)
         if appended:
             self.observer.events_appended(appended)
+
+    def committed(self, tenant_id: str, session_id: str, events: list[Event]) -> None:
+        """What `write` does after its commit, for a write that committed on its own (a
+        stored function's): wake this process's listeners, count the events."""
+        if not events:
+            return
+        self.announcer.after_commit([Wakeup(tenant_id, session_id, events[-1].seq)])
+        self.observer.events_appended([e.type for e in events])
 
     def touch(self, conn: AsyncConnection, tenant_id: str, session_id: str, last_seq: int) -> None:
         """Mark this write transaction as having inserted events of the session."""
@@ -129,7 +144,12 @@ def note_appended(conn: AsyncConnection, types: list[str]) -> None:
 
 
 def session_from_row(row: Row[Any]) -> SessionRecord:
-    m = row._mapping
+    return session_from_mapping(row._mapping)
+
+
+def session_from_mapping(m: Any) -> SessionRecord:
+    """From anything that maps column names to values: a SQLAlchemy row's mapping, or an
+    asyncpg record (the composites the stored functions return)."""
     return SessionRecord(
         tenant_id=m["tenant_id"],
         session_id=m["session_id"],
@@ -149,7 +169,10 @@ def session_from_row(row: Row[Any]) -> SessionRecord:
 
 
 def event_from_row(row: Row[Any]) -> Event:
-    m = row._mapping
+    return event_from_mapping(row._mapping)
+
+
+def event_from_mapping(m: Any) -> Event:
     return Event(
         event_id=m["event_id"],
         session_id=m["session_id"],

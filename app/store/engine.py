@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -15,6 +16,15 @@ from app.settings import Settings
 
 # Execution option that marks a connection's next transaction as a write.
 WRITE_OPTION = "asr_write"
+
+# Engines made for PostgreSQL behind PgBouncer (transaction pooling).
+_PGBOUNCER: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def behind_pgbouncer(engine: AsyncEngine) -> bool:
+    """Whether `make_engine` made this engine for PgBouncer: then every statement must run
+    inside an explicit transaction (see `pgbouncer_connect_args`)."""
+    return engine.sync_engine in _PGBOUNCER
 
 
 def make_engine(settings: Settings) -> AsyncEngine:
@@ -36,6 +46,8 @@ def make_engine(settings: Settings) -> AsyncEngine:
         connect_args=pgbouncer_connect_args() if settings.db_pgbouncer else {},
     )
     _install_idle_ping(engine)
+    if settings.db_pgbouncer:
+        _PGBOUNCER.add(engine.sync_engine)
     return engine
 
 

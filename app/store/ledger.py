@@ -54,8 +54,10 @@ from app.runtime.state import state_hash
 from app.store.base import (
     StoreBase,
     as_utc,
+    event_from_mapping,
     event_from_row,
     note_appended,
+    session_from_mapping,
     session_from_row,
     utcnow,
 )
@@ -145,11 +147,17 @@ class LedgerStore(StoreBase):
         """The funnel every event payload and snapshot state passes through before a write:
         secrets are redacted, and an oversized payload is refused (the transaction rolls
         back, nothing is written)."""
+        return self._persistable_json(payload)[0]
+
+    def _persistable_json(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """`_persistable`, with the JSON text it measured (written as is where the driver
+        takes text, so the payload is encoded once)."""
         clean = self.redactor.value(payload)
-        size = len(json.dumps(clean, separators=(",", ":"), ensure_ascii=False).encode())
+        text = json.dumps(clean, separators=(",", ":"), ensure_ascii=False)
+        size = len(text.encode())
         if size > self.max_event_bytes:
             raise PayloadTooLarge(f"an event of {size} bytes exceeds {self.max_event_bytes} bytes")
-        return clean
+        return clean, text
 
     # ----------------------------------------------------------------- sessions
 
@@ -235,7 +243,18 @@ class LedgerStore(StoreBase):
         events after it are read; otherwise the newest intact snapshot at or below the last
         seq, and the events after that. One transaction also means one consistent view: the
         row, the snapshot and the tail can never disagree about the last seq.
+
+        On PostgreSQL, the cache's case (a usable `base`) is one call of `asr_session_tail`:
+        one round trip, whose tail read is bounded by the last seq of the row it read.
         """
+        if base is not None and self.functions is not None:
+            row = await self.functions.session_tail(tenant_id, session_id, *base)
+            if not row["o_found"]:
+                return None
+            if row["o_events"] is not None:
+                tail = [event_from_mapping(e) for e in row["o_events"]]
+                record = session_from_mapping(row["o_session"])
+                return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
         async with self.read(tenant_id) as conn:
             record = await self._session(conn, tenant_id, session_id)
             if record is None:

@@ -11,7 +11,9 @@ IS NULL`, atomic on every replica.
 from __future__ import annotations
 
 import functools
+import json
 import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound, TooManyRequests
 from app.runtime.events import NewEvent
 from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
-from app.store.base import ALL_TENANTS, as_utc, session_from_row, utcnow
+from app.store.base import ALL_TENANTS, as_utc, session_from_mapping, session_from_row, utcnow
 from app.store.ledger import LedgerStore, _xact_id_column
+from app.store.pgfunctions import EventArrays
 from app.store.tables import runs, sessions
 
 LIVE = ("queued", "running")
@@ -33,7 +36,10 @@ def _opt(value: datetime | None) -> datetime | None:
 
 
 def run_from_row(row: Row[Any]) -> RunRecord:
-    m = row._mapping
+    return run_from_mapping(row._mapping)
+
+
+def run_from_mapping(m: Any) -> RunRecord:
     return RunRecord(
         tenant_id=m["tenant_id"],
         run_id=m["run_id"],
@@ -55,6 +61,11 @@ def run_from_row(row: Row[Any]) -> RunRecord:
         started_at=_opt(m["started_at"]),
         finished_at=_opt(m["finished_at"]),
     )
+
+
+def _json_text(value: Any) -> str | None:
+    """A JSON column's value as the driver takes it (text), None for SQL NULL."""
+    return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 _COUNT_LIVE = (
@@ -128,6 +139,8 @@ class RunStore(LedgerStore):
             "created_at": now,
             "updated_at": now,
         }
+        if start_events is not None and self.functions is not None:
+            return await self._start_by_function(values, start_events, max_live_runs)
         async with self.write(tenant_id) as conn:
             if max_live_runs is not None:
                 live = (await conn.execute(_COUNT_LIVE, {"c_tenant": tenant_id})).scalar_one()
@@ -150,6 +163,38 @@ class RunStore(LedgerStore):
                 raise SessionNotFound(session_id)
             row = (await conn.execute(runs.insert().values(**values).returning(*runs.c))).one()
             return run_from_row(row), None
+
+    async def _start_by_function(
+        self, values: dict[str, Any], events: list[NewEvent], max_live_runs: int | None
+    ) -> tuple[RunRecord, AppendResult]:
+        """`_insert_claimed` and the live-run count in one round trip (PostgreSQL)."""
+        assert self.functions is not None
+        arrays = EventArrays.of(events, self._persistable_json)
+        now = values["created_at"]
+        tenant_id, session_id = values["tenant_id"], values["session_id"]
+        row = await self.functions.run_start(
+            tenant_id,
+            session_id,
+            values["run_id"],
+            max_live_runs,
+            now,
+            values["lease_owner"],
+            values["lease_expires_at"],
+            _json_text(values["input"]),
+            _json_text(values["options"]),
+            values["idempotency_key"],
+            *arrays.args(),
+            self.announcer.notify,
+        )
+        return self._function_result(row, arrays, now)
+
+    def _function_result(
+        self, row: Any, arrays: EventArrays, now: datetime
+    ) -> tuple[RunRecord, AppendResult]:
+        session = session_from_mapping(row["o_session"])
+        written = arrays.written(session.session_id, session.last_seq, now, row["o_positions"])
+        self.committed(session.tenant_id, session.session_id, written)
+        return run_from_mapping(row["o_run"]), AppendResult(session=session, events=written)
 
     async def _insert_claimed(
         self, conn: AsyncConnection, values: dict[str, Any], events: list[NewEvent]
@@ -322,6 +367,27 @@ class RunStore(LedgerStore):
         """
         now = utcnow()
         n = len(events)
+        if self.functions is not None and set(progress or {}) <= {"turns", "usage"}:
+            arrays = EventArrays.of(events, self._persistable_json)
+            row = await self.functions.run_step(
+                tenant_id,
+                session_id,
+                run_id,
+                epoch,
+                now,
+                lease_until,
+                (progress or {}).get("turns"),
+                _json_text((progress or {}).get("usage")),
+                finish is not None,
+                finish.status if finish else None,
+                finish.stop_reason if finish else None,
+                self.redactor.value(finish.output) if finish else None,
+                _json_text(self.redactor.value(finish.error)) if finish else None,
+                *arrays.args(),
+                self.announcer.notify,
+            )
+            run, result = self._function_result(row, arrays, now)
+            return replace(result, run=run) if finish is not None else result
         async with self.write(tenant_id) as conn:
             params = {
                 "r_tenant": tenant_id,

@@ -1,0 +1,156 @@
+"""A run's writes on PostgreSQL as one call of a stored function (migration 0005).
+
+Through SQLAlchemy, a run step is a transaction of seven round trips (BEGIN, the tenant
+scope, three statements, the NOTIFY, COMMIT), and most of a run's CPU went into building,
+compiling and binding them. Here a step is one statement on the bare asyncpg connection
+of a pooled SQLAlchemy connection: outside a transaction it commits on its own, so it is
+one round trip and one durable commit. Behind PgBouncer in transaction pooling it runs
+inside BEGIN/COMMIT, because prepare and execute could otherwise reach different servers.
+
+The functions refuse with SQLSTATE `AS0xx` exceptions (which roll everything back); they
+are mapped here onto the errors the SQLAlchemy path raises, so callers cannot tell the two
+apart.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.runtime.errors import (
+    RunAlreadyActive,
+    RunFenced,
+    SessionNotFound,
+    TooManyRequests,
+)
+from app.runtime.events import Event, NewEvent
+
+_RUN_START = (
+    "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_start("
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+)
+_SESSION_TAIL = "SELECT o_found, o_session, o_events FROM asr_session_tail($1, $2, $3, $4)"
+_RUN_STEP = (
+    "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_step("
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventArrays:
+    """Events as the functions take them: one array per column, payloads as JSON text."""
+
+    ids: list[str]
+    types: list[str]
+    run_ids: list[str | None]
+    turn_ids: list[str | None]
+    payloads: list[str]
+    clean: list[dict[str, Any]]  # the payloads as stored (redacted), for the Events
+
+    @classmethod
+    def of(
+        cls, events: list[NewEvent], persistable: Callable[[dict[str, Any]], tuple[Any, str]]
+    ) -> EventArrays:
+        clean, texts = [], []
+        for e in events:
+            value, text = persistable(e.payload)
+            clean.append(value)
+            texts.append(text)
+        return cls(
+            ids=[str(uuid.uuid4()) for _ in events],
+            types=[str(e.type) for e in events],
+            run_ids=[e.run_id for e in events],
+            turn_ids=[e.turn_id for e in events],
+            payloads=texts,
+            clean=clean,
+        )
+
+    def args(self) -> tuple[Any, ...]:
+        return (self.ids, self.types, self.run_ids, self.turn_ids, self.payloads)
+
+    def written(
+        self, session_id: str, last_seq: int, now: datetime, positions: list[int]
+    ) -> list[Event]:
+        first = last_seq - len(self.ids) + 1
+        return [
+            Event(
+                event_id=self.ids[i],
+                session_id=session_id,
+                seq=first + i,
+                type=self.types[i],
+                payload=self.clean[i],
+                created_at=now,
+                run_id=self.run_ids[i],
+                turn_id=self.turn_ids[i],
+                position=positions[i],
+            )
+            for i in range(len(self.ids))
+        ]
+
+
+class PgFunctions:
+    """Calls of the stored functions on pooled connections."""
+
+    def __init__(self, engine: AsyncEngine, *, in_transaction: bool) -> None:
+        self.engine = engine
+        self.in_transaction = in_transaction
+
+    @asynccontextmanager
+    async def _driver(self) -> AsyncIterator[Any]:
+        async with self.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            if not self.in_transaction:
+                yield driver
+                return
+            async with driver.transaction():
+                yield driver
+
+    async def run_start(self, *args: Any) -> Any:
+        """`asr_run_start`; raises TooManyRequests, SessionNotFound or RunAlreadyActive."""
+        return await self._call(_RUN_START, args, args[3])
+
+    async def run_step(self, *args: Any) -> Any:
+        """`asr_run_step`; raises SessionNotFound or RunFenced."""
+        return await self._call(_RUN_STEP, args, None)
+
+    async def session_tail(
+        self, tenant_id: str, session_id: str, created_at: datetime, after_seq: int
+    ) -> Any:
+        """`asr_session_tail`: (found, session record, events after `after_seq` or None)."""
+        return await self._call(_SESSION_TAIL, (tenant_id, session_id, created_at, after_seq), None)
+
+    async def _call(self, sql: str, args: tuple[Any, ...], max_live: int | None) -> Any:
+        try:
+            async with self._driver() as driver:
+                return await driver.fetchrow(sql, *args)
+        except asyncpg.PostgresError as exc:
+            refusal = _refusal(exc, args, max_live)
+            if refusal is None:
+                raise
+            raise refusal from None
+
+
+def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exception | None:
+    """The domain error for a function's `AS0xx` refusal; None for anything else."""
+    code = getattr(exc, "sqlstate", None)
+    message = getattr(exc, "message", "")
+    if code == "AS001":
+        return TooManyRequests(
+            f"at most {max_live} active or queued runs per tenant",
+            retry_after=1,
+            code="too_many_runs",
+        )
+    if code == "AS002":
+        return SessionNotFound(args[1])
+    if code == "AS003":
+        return RunAlreadyActive(message or None)
+    if code == "AS004":
+        return RunFenced(f"run {args[2]} was taken over")
+    return None

@@ -1,0 +1,187 @@
+"""A run's writes, on the backend this run uses. On PostgreSQL they are stored functions
+(migration 0005); with `functions` switched off, the same store writes through SQLAlchemy
+statements, as on SQLite. Both must write the same rows and refuse alike."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound, TooManyRequests
+from app.runtime.events import EventType, NewEvent
+from app.runtime.ports import NewSession, RunFinish
+from app.store.store import AgentSessionStore
+from app.store.tables import runs, session_events
+from tests.conftest import TenantKey
+
+
+def _lease() -> datetime:
+    return datetime.now(UTC) + timedelta(minutes=5)
+
+
+def _event(kind: EventType, run_id: str, **payload: Any) -> NewEvent:
+    return NewEvent(kind, payload, run_id, f"{run_id}.t1")
+
+
+async def _session(store: AgentSessionStore, tenant: str) -> str:
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    await store.create_session(
+        tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
+    )
+    return sid
+
+
+async def _start(store: AgentSessionStore, tenant: str, sid: str, **kw: Any) -> Any:
+    run_id = f"run_{uuid.uuid4().hex}"
+    return await store.create_run(
+        tenant,
+        sid,
+        input={"text": "hi"},
+        options={"mode": "wait"},
+        owner="test",
+        lease_until=_lease(),
+        run_id=run_id,
+        start_events=[_event(EventType.RUN_STARTED, run_id, input="hi")],
+        **kw,
+    )
+
+
+async def _rows(store: AgentSessionStore, tenant: str, sid: str) -> tuple[list[Any], list[Any]]:
+    async with store.read(tenant) as conn:
+        events = (
+            await conn.execute(
+                select(session_events)
+                .where(session_events.c.tenant_id == tenant, session_events.c.session_id == sid)
+                .order_by(session_events.c.seq)
+            )
+        ).all()
+        run_rows = (
+            await conn.execute(
+                select(runs).where(runs.c.tenant_id == tenant, runs.c.session_id == sid)
+            )
+        ).all()
+    return list(events), list(run_rows)
+
+
+@pytest.fixture(params=["default", "statements"])
+def writer(request: pytest.FixtureRequest, store: AgentSessionStore) -> AgentSessionStore:
+    """The store as configured (functions on PostgreSQL), and the same store writing
+    through SQLAlchemy statements only."""
+    if request.param == "default":
+        return store
+    plain = AgentSessionStore(store.engine)
+    plain.functions = None
+    return plain
+
+
+async def test_a_run_starts_steps_and_finishes(
+    writer: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    sid = await _session(writer, t)
+    run, started = await _start(writer, t, sid)
+    assert run.status == "running" and (run.first_seq, run.last_seq) == (1, 1)
+    assert started.session.active_run_id == run.run_id and started.session.status == "running"
+    assert [e.seq for e in started.events] == [1]
+
+    step = await writer.append_run_events(
+        t,
+        run.run_id,
+        session_id=sid,
+        epoch=run.epoch,
+        events=[_event(EventType.STEP_START, run.run_id, turn=1)] * 2,
+        lease_until=_lease(),
+        progress={"turns": 1, "usage": {"total_tokens": 3}},
+    )
+    assert [e.seq for e in step.events] == [2, 3] and step.run is None
+    assert step.events[0].position < step.events[1].position
+
+    end = await writer.append_run_events(
+        t,
+        run.run_id,
+        session_id=sid,
+        epoch=run.epoch,
+        events=[_event(EventType.RUN_FINISHED, run.run_id, status="finished")],
+        lease_until=_lease(),
+        progress={"turns": 1, "usage": {"total_tokens": 5}},
+        finish=RunFinish("finished", "COMPLETED", "done", None),
+    )
+    assert end.session.active_run_id is None and end.session.status == "idle"
+    assert end.session.last_seq == 4
+    assert end.run is not None
+    assert (end.run.status, end.run.stop_reason, end.run.output) == (
+        "finished",
+        "COMPLETED",
+        "done",
+    )
+    assert end.run.usage == {"total_tokens": 5} and end.run.turns == 1 and end.run.last_seq == 4
+    assert end.run.lease_expires_at is None and end.run.finished_at is not None
+
+    events, _ = await _rows(writer, t, sid)
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    assert [e.event_id for e in events] == [
+        e.event_id for e in [*started.events, *step.events, *end.events]
+    ]
+
+
+async def test_refused_starts_write_nothing(writer: AgentSessionStore, tenant: TenantKey) -> None:
+    t = tenant.tenant_id
+    with pytest.raises(SessionNotFound):
+        await _start(writer, t, "no-such-session")
+    sid = await _session(writer, t)
+    first, _ = await _start(writer, t, sid)
+    with pytest.raises(RunAlreadyActive) as active:
+        await _start(writer, t, sid)
+    assert active.value.extra.get("active_run_id") == first.run_id
+    other = await _session(writer, t)
+    with pytest.raises(TooManyRequests):
+        await _start(writer, t, other, max_live_runs=1)
+    events, run_rows = await _rows(writer, t, other)
+    assert events == [] and run_rows == []
+    events, run_rows = await _rows(writer, t, sid)
+    assert len(events) == 1 and len(run_rows) == 1
+
+
+async def test_a_fenced_step_rolls_back_its_reservation(
+    writer: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    sid = await _session(writer, t)
+    run, _ = await _start(writer, t, sid)
+    assert await writer.fence_run(t, run.run_id, stop_reason="CANCELLED") is not None
+    with pytest.raises(RunFenced):
+        await writer.append_run_events(
+            t,
+            run.run_id,
+            session_id=sid,
+            epoch=run.epoch,
+            events=[_event(EventType.STEP_START, run.run_id, turn=1)],
+            lease_until=_lease(),
+        )
+    session = await writer.get_session(t, sid)
+    assert session is not None and session.last_seq == 1
+    events, _ = await _rows(writer, t, sid)
+    assert [e.seq for e in events] == [1]
+
+
+async def test_a_step_of_another_tenants_run_is_fenced(
+    writer: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey
+) -> None:
+    sid = await _session(writer, tenant.tenant_id)
+    run, _ = await _start(writer, tenant.tenant_id, sid)
+    await _session(writer, other_tenant.tenant_id)
+    with pytest.raises((RunFenced, SessionNotFound)):
+        await writer.append_run_events(
+            other_tenant.tenant_id,
+            run.run_id,
+            session_id=sid,
+            epoch=run.epoch,
+            events=[_event(EventType.STEP_START, run.run_id, turn=1)],
+            lease_until=_lease(),
+        )
+    events, _ = await _rows(writer, tenant.tenant_id, sid)
+    assert [e.seq for e in events] == [1]
