@@ -99,6 +99,9 @@ _EVENT_COLUMNS = tuple(
 )
 
 
+_EVENT_COLUMN_LIST = ", ".join(c.name for c in _EVENT_COLUMNS)
+
+
 @functools.cache
 def _list_events_statement(until: bool, types: bool, run: bool, limit: bool) -> Any:
     c = session_events.c
@@ -117,6 +120,36 @@ def _list_events_statement(until: bool, types: bool, run: bool, limit: bool) -> 
     if limit:
         stmt = stmt.limit(bindparam("l_limit"))
     return stmt
+
+
+def _pg_events_query(
+    tenant_id: str,
+    session_id: str,
+    after_seq: int,
+    until_seq: int | None,
+    types: list[str] | None,
+    run_id: str | None,
+    limit: int | None,
+) -> tuple[str, list[Any]]:
+    """`_list_events_statement` as SQL text with $n parameters, for asyncpg."""
+    args: list[Any] = [tenant_id, session_id, after_seq]
+    where = ["tenant_id = $1", "session_id = $2", "seq > $3"]
+    for column, op, value in (
+        ("seq", "<=", until_seq),
+        ("type", "= ANY", types or None),
+        ("run_id", "=", run_id),
+    ):
+        if value is not None:
+            args.append(value)
+            rhs = f"(${len(args)})" if op == "= ANY" else f"${len(args)}"
+            where.append(f"{column} {op} {rhs}")
+    sql = (
+        f"SELECT {_EVENT_COLUMN_LIST} FROM session_events WHERE {' AND '.join(where)} ORDER BY seq"
+    )
+    if limit is not None:
+        args.append(limit)
+        sql += f" LIMIT ${len(args)}"
+    return sql, args
 
 
 @functools.cache
@@ -511,6 +544,14 @@ class LedgerStore(StoreBase):
         run_id: str | None = None,
         limit: int | None = None,
     ) -> list[Event]:
+        if self.is_postgres:
+            # The bare driver inside the same transaction: no SQLAlchemy row processing on
+            # the one read whose size grows with the ledger (full histories, long tails).
+            sql, args = _pg_events_query(
+                tenant_id, session_id, after_seq, until_seq, types, run_id, limit
+            )
+            driver = (await conn.get_raw_connection()).driver_connection
+            return [Event(*row) for row in await driver.fetch(sql, *args)]
         stmt = _list_events_statement(
             until_seq is not None, bool(types), run_id is not None, limit is not None
         )
@@ -524,8 +565,6 @@ class LedgerStore(StoreBase):
             "l_limit": limit,
         }
         rows = (await conn.execute(stmt, params)).all()
-        if self.is_postgres:  # asyncpg hands back aware datetimes: rows map 1:1 onto Event
-            return [Event(*row) for row in rows]
         return [Event(e, s, q, t, p, as_utc(c), r, u, n) for e, s, q, t, p, c, r, u, n in rows]
 
     async def list_tenant_events(
