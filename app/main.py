@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_event_bytes=settings.max_event_bytes,
             redactor=redactor,
             notify=settings.sse_notify,
+            pgbouncer=settings.db_pgbouncer,
         )
         app.state.store = store
         bus = make_bus(settings, store)

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
-from app.store.engine import WRITE_OPTION
+from app.store.engine import WRITE_OPTION, behind_pgbouncer
 from app.store.notify import Announcer
 from app.tracing import span
 
@@ -44,9 +44,14 @@ class StoreBase:
     # Told about committed events (metrics); AgentSessionStore takes the real one.
     observer: Observer = NullObserver()
 
-    def __init__(self, engine: AsyncEngine, *, notify: bool = True) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, notify: bool = True, pgbouncer: bool | None = None
+    ) -> None:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
+        # Behind PgBouncer in transaction pooling mode (None: as `make_engine` marked the
+        # engine), statements sent with the bare driver must run in an explicit transaction.
+        self.pgbouncer = behind_pgbouncer(engine) if pgbouncer is None else pgbouncer
         # Live readers are woken by every transaction that inserts events (see notify.py).
         self.announcer = Announcer(notify=notify and self.is_postgres)
         # SQLite has one writer at a time anyway; queueing writers here, in order, beats
