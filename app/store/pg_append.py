@@ -16,6 +16,7 @@ invalidated, never put back in the pool).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from app.runtime.errors import SeqConflict, SessionNotFound, VersionConflict
 from app.runtime.events import Event
@@ -84,8 +86,7 @@ async def append(
         MAX_PAYLOAD_BYTES,
     )
     with span("store.write", **_SPAN_ATTRIBUTES):
-        async with store.engine.connect() as conn:
-            row = await _call(conn, args, in_transaction=store.pgbouncer)
+        row = await _call(store.engine, args, in_transaction=store.pgbouncer)
     if row is None:
         raise SessionNotFound(session_id)
     if not row["appended"]:
@@ -116,21 +117,32 @@ async def append(
     return AppendResult(session=record, events=written)
 
 
-async def _call(conn: AsyncConnection, args: tuple[Any, ...], *, in_transaction: bool) -> Any:
-    """Run the function on the pooled connection's asyncpg connection; one row or None."""
-    fairy = await conn.get_raw_connection()
-    adapter: Any = fairy.dbapi_connection
-    driver: Any = fairy.driver_connection
+async def _call(engine: AsyncEngine, args: tuple[Any, ...], *, in_transaction: bool) -> Any:
+    """Run the function on a pooled connection's asyncpg connection; one row or None.
+
+    The pooled connection is checked out bare (`raw_connection`), not wrapped in an
+    `AsyncConnection`: half the Python of a checkout, and the append needs nothing of
+    SQLAlchemy's but the pool (idle ping, reset and invalidation included). The check-in
+    is shielded from cancellation, as `AsyncConnection.close` is.
+    """
+    fairy = await engine.raw_connection()
     try:
-        if in_transaction:
-            async with driver.transaction():
-                return await driver.fetchrow(CALL, *args)
-        return await driver.fetchrow(CALL, *args)
-    except Exception as exc:
-        await _raise_as_sqlalchemy(conn, adapter, exc)
+        adapter: Any = fairy.dbapi_connection
+        driver: Any = fairy.driver_connection
+        try:
+            if in_transaction:
+                async with driver.transaction():
+                    return await driver.fetchrow(CALL, *args)
+            return await driver.fetchrow(CALL, *args)
+        except Exception as exc:
+            await _raise_as_sqlalchemy(engine, fairy, adapter, exc)
+    finally:
+        await asyncio.shield(greenlet_spawn(fairy.close))
 
 
-async def _raise_as_sqlalchemy(conn: AsyncConnection, adapter: Any, exc: Exception) -> NoReturn:
+async def _raise_as_sqlalchemy(
+    engine: AsyncEngine, fairy: Any, adapter: Any, exc: Exception
+) -> NoReturn:
     """Raise `exc` as SQLAlchemy would have for the same statement.
 
     The adapter translates asyncpg's exception into its DB-API class (the same mapping the
@@ -139,19 +151,20 @@ async def _raise_as_sqlalchemy(conn: AsyncConnection, adapter: Any, exc: Excepti
     connection died, in which case it is invalidated here and never returns to the pool.
     Anything the adapter does not translate is raised unchanged.
     """
-    dbapi = conn.dialect.loaded_dbapi
+    dialect = engine.dialect
+    dbapi = dialect.loaded_dbapi
     try:
         adapter._handle_exception(exc)
     except dbapi.Error as translated:
         error: Exception = translated
     except Exception as other:
         error = other
-    invalidated = bool(conn.dialect.is_disconnect(error, adapter, None))
+    invalidated = bool(dialect.is_disconnect(error, adapter, None))
     if invalidated:
-        await conn.invalidate(error)
+        await greenlet_spawn(fairy.invalidate, error)
     if isinstance(error, dbapi.Error):
         raise DBAPIError.instance(
-            CALL, None, error, dbapi.Error, connection_invalidated=invalidated, dialect=conn.dialect
+            CALL, None, error, dbapi.Error, connection_invalidated=invalidated, dialect=dialect
         ) from exc
     raise exc
 

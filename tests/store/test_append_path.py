@@ -9,11 +9,16 @@ PostgreSQL's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 
 import asyncpg
 import pytest
 from sqlalchemy import event, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,6 +30,7 @@ from app.store.engine import make_engine
 from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup
 from app.store.store import AgentSessionStore
 from app.store.tables import session_events
+from tests import pgbouncer
 from tests.conftest import TenantKey
 from tests.pgroles import Roles
 
@@ -144,6 +150,13 @@ def pg_only(is_postgres: bool) -> None:
         pytest.skip("the one-statement append is PostgreSQL's")
 
 
+@pytest.fixture
+def pg_direct(pg_only: None) -> None:
+    """LISTEN and backend pids need a direct connection, not PgBouncer's pooled ones."""
+    if os.environ.get("ASR_DB_PGBOUNCER") == "true":
+        pytest.skip("needs a direct connection to PostgreSQL (the direct tier runs it)")
+
+
 def _count_statements(engine: AsyncEngine) -> list[str]:
     seen: list[str] = []
 
@@ -184,7 +197,7 @@ async def _listener(url: str) -> tuple[asyncpg.Connection, asyncio.Queue[str]]:
 
 
 async def test_notify_only_when_the_append_commits(
-    pg_only: None, own_store: AgentSessionStore, tenant: TenantKey, database_url: str
+    pg_direct: None, own_store: AgentSessionStore, tenant: TenantKey, database_url: str
 ) -> None:
     t = tenant.tenant_id
     # 100 characters (the column's limit is 128) but 200 bytes: the limit counts bytes.
@@ -209,7 +222,7 @@ async def test_notify_only_when_the_append_commits(
 
 
 async def test_a_store_built_with_notify_off_sends_none(
-    pg_only: None, settings: Settings, tenant: TenantKey, database_url: str
+    pg_direct: None, settings: Settings, tenant: TenantKey, database_url: str
 ) -> None:
     engine = make_engine(settings)
     store = AgentSessionStore(engine, notify=False)
@@ -225,7 +238,7 @@ async def test_a_store_built_with_notify_off_sends_none(
 
 
 async def test_a_dead_connection_surfaces_as_dbapi_error_and_is_replaced(
-    pg_only: None, own_store: AgentSessionStore, tenant: TenantKey, database_url: str
+    pg_direct: None, own_store: AgentSessionStore, tenant: TenantKey, database_url: str
 ) -> None:
     t = tenant.tenant_id
     await own_store.create_session(t, session=new("s"), events=[step(0)])
@@ -243,3 +256,53 @@ async def test_a_dead_connection_surfaces_as_dbapi_error_and_is_replaced(
     assert failed.value.connection_invalidated
     result = await own_store.append_events(t, "s", events=[step(1)])
     assert result.session.last_seq == 2  # the failed append wrote nothing; a new connection
+
+
+@pytest.fixture
+def bouncer_url(pg_only: None, database_url: str) -> Iterator[str]:
+    """This run's database through a PgBouncer of our own, in transaction pooling mode."""
+    if pgbouncer.binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("pgbouncer must be installed under CI=true (.ci/run installs it)")
+        pytest.skip("pgbouncer not installed (Debian package `pgbouncer`)")
+    url = make_url(database_url)
+    if os.environ.get("ASR_DB_PGBOUNCER") == "true":
+        yield database_url  # the PgBouncer tier: the run's URL is PgBouncer already
+        return
+    root = Path(tempfile.mkdtemp(prefix="asr-pgbouncer-"))
+    try:
+        users = tuple({"postgres", url.username or "postgres"})
+        port = pgbouncer.start(root, upstream_port=url.port or 5432, users=users)
+        yield url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+    finally:
+        pgbouncer.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_appends_through_pgbouncer_run_in_an_explicit_transaction(
+    bouncer_url: str, tenant: TenantKey
+) -> None:
+    """Transaction pooling hands each transaction to any server connection: the store that
+    `make_engine` built for PgBouncer keeps the call's prepare and execute in one."""
+    engine = make_engine(
+        Settings(database_url=bouncer_url, db_pgbouncer=True, bootstrap_default_tenant=False)
+    )
+    store = AgentSessionStore(engine)
+    assert store.pgbouncer
+    t = tenant.tenant_id
+    try:
+        for k in range(4):
+            await store.create_session(t, session=new(f"b{k}"), events=[step(0)])
+
+        async def writer(k: int) -> None:
+            for i in range(15):
+                await store.append_events(t, f"b{k % 4}", events=[step(i), step(i)])
+
+        await asyncio.gather(*(writer(k) for k in range(12)))
+        with pytest.raises(SeqConflict):
+            await store.append_events(t, "b0", events=[step(0)], expected_seq=1)
+        for k in range(4):
+            events = await store.list_events(t, f"b{k}")
+            assert [e.seq for e in events] == list(range(1, 1 + 1 + 3 * 15 * 2))
+    finally:
+        await engine.dispose()
