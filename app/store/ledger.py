@@ -5,6 +5,9 @@ that inserts the events, after locking the session row with the UPDATE that bump
 `last_seq`. Concurrent writers on one session therefore queue on that row lock (PostgreSQL)
 or on the single writer (SQLite, BEGIN IMMEDIATE), and seqs come out 1..N with no gap and no
 duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
+
+On PostgreSQL the common append (no metadata patch, no snapshot) runs those same steps in
+one server-side function call (`pg_append.py`, migration 0005) instead of six statements.
 """
 
 from __future__ import annotations
