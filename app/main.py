@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_event_bytes=settings.max_event_bytes,
             redactor=redactor,
             notify=settings.sse_notify,
+            pgbouncer=settings.db_pgbouncer,
         )
         app.state.store = store
         bus = make_bus(settings, store)
@@ -157,6 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if processes is not None:
                 await processes.shutdown()  # records each one before the store closes
             await bus.stop()
+            await store.flush_wakeups()  # the last commits' NOTIFYs, before the pool closes
             await engine.dispose()
 
     app = FastAPI(

@@ -16,7 +16,7 @@ from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION, behind_pgbouncer
-from app.store.notify import Announcer, Wakeup
+from app.store.notify import Announcer, Notifier, Wakeup
 from app.store.pgfunctions import PgFunctions
 from app.tracing import span
 
@@ -45,17 +45,23 @@ class StoreBase:
     # Told about committed events (metrics); AgentSessionStore takes the real one.
     observer: Observer = NullObserver()
 
-    def __init__(self, engine: AsyncEngine, *, notify: bool = True) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, notify: bool = True, pgbouncer: bool | None = None
+    ) -> None:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
+        # Behind PgBouncer in transaction pooling mode (None: as `make_engine` marked the
+        # engine), statements sent with the bare driver must run in an explicit transaction.
+        self.pgbouncer = behind_pgbouncer(engine) if pgbouncer is None else pgbouncer
         # PostgreSQL's one-round-trip writes (stored functions); None on SQLite.
         self.functions = (
-            PgFunctions(engine, in_transaction=behind_pgbouncer(engine))
-            if self.is_postgres
-            else None
+            PgFunctions(engine, in_transaction=self.pgbouncer) if self.is_postgres else None
         )
         # Live readers are woken by every transaction that inserts events (see notify.py).
-        self.announcer = Announcer(notify=notify and self.is_postgres)
+        notifier = None
+        if notify and self.is_postgres:
+            notifier = Notifier(engine, in_transaction=self.pgbouncer)
+        self.announcer = Announcer(notifier=notifier)
         # SQLite has one writer at a time anyway; queueing writers here, in order, beats
         # having them spin in SQLite's busy handler with its growing sleeps.
         self._write_lock = None if self.is_postgres else asyncio.Lock()
@@ -68,10 +74,11 @@ class StoreBase:
         row-level policies hide, and refuse to write, any other tenant's rows even if a
         query forgets its `tenant_id` filter; ALL_TENANTS lifts the wall for system work.
 
-        The sessions whose events it inserted (`touch`) are announced: one NOTIFY each as
-        the transaction's last statement, so only a commit delivers it, and this process's
-        listeners right after the commit. Events inserted in it are reported to the observer
-        (metrics) after the commit, once per transaction; a rolled-back one reports nothing.
+        The sessions whose events it inserted (`touch`) are announced after the commit:
+        this process's listeners at once, other replicas by a NOTIFY the `Notifier` sends
+        right after (notify.py); a rolled-back transaction announces nothing. Events
+        inserted in it are reported to the observer (metrics) after the commit, once per
+        transaction.
         """
         appended: list[str] = []
         with span("store.write", **{"db.system": self.engine.dialect.name}):
@@ -85,7 +92,7 @@ class StoreBase:
                     async with conn.begin(), _collecting(conn, appended):
                         await self._scope(conn, tenant_id)
                         yield conn
-                        wakeups = await self.announcer.before_commit(conn)
+                        wakeups = self.announcer.take(conn)
                 finally:
                     self.announcer.discard(conn)
             self.announcer.after_commit(wakeups)
@@ -99,6 +106,11 @@ class StoreBase:
             return
         self.announcer.after_commit([Wakeup(tenant_id, session_id, events[-1].seq)])
         self.observer.events_appended([e.type for e in events])
+
+    async def flush_wakeups(self) -> None:
+        """Wait for the NOTIFYs of every commit so far (before the engine is disposed)."""
+        if self.announcer.notifier is not None:
+            await self.announcer.notifier.flush()
 
     def touch(self, conn: AsyncConnection, tenant_id: str, session_id: str, last_seq: int) -> None:
         """Mark this write transaction as having inserted events of the session."""

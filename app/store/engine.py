@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
-import weakref
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -17,14 +16,10 @@ from app.settings import Settings
 # Execution option that marks a connection's next transaction as a write.
 WRITE_OPTION = "asr_write"
 
-# Engines made for PostgreSQL behind PgBouncer (transaction pooling).
-_PGBOUNCER: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-def behind_pgbouncer(engine: AsyncEngine) -> bool:
-    """Whether `make_engine` made this engine for PgBouncer: then every statement must run
-    inside an explicit transaction (see `pgbouncer_connect_args`)."""
-    return engine.sync_engine in _PGBOUNCER
+# Engine execution option set by `make_engine` when the URL points at PgBouncer (transaction
+# pooling): code that talks to the driver directly must then keep prepare and execute in one
+# explicit transaction (see `behind_pgbouncer`).
+PGBOUNCER_OPTION = "asr_pgbouncer"
 
 
 def make_engine(settings: Settings) -> AsyncEngine:
@@ -44,11 +39,19 @@ def make_engine(settings: Settings) -> AsyncEngine:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         connect_args=pgbouncer_connect_args() if settings.db_pgbouncer else {},
+        execution_options={PGBOUNCER_OPTION: True} if settings.db_pgbouncer else {},
     )
     _install_idle_ping(engine)
-    if settings.db_pgbouncer:
-        _PGBOUNCER.add(engine.sync_engine)
     return engine
+
+
+def behind_pgbouncer(engine: AsyncEngine) -> bool:
+    """Whether `engine` was made for PgBouncer in transaction pooling mode (`make_engine`).
+
+    Carried by the engine itself, so every store built on it knows, however it is built
+    (the app, the CLI, the tests, the benchmarks).
+    """
+    return bool(engine.get_execution_options().get(PGBOUNCER_OPTION, False))
 
 
 # A pooled connection idle for longer than this is pinged before it is handed out.

@@ -5,6 +5,9 @@ that inserts the events, after locking the session row with the UPDATE that bump
 `last_seq`. Concurrent writers on one session therefore queue on that row lock (PostgreSQL)
 or on the single writer (SQLite, BEGIN IMMEDIATE), and seqs come out 1..N with no gap and no
 duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
+
+On PostgreSQL the common append (no metadata patch, no snapshot) runs those same steps in
+one server-side function call (`pg_append.py`, migration 0005) instead of six statements.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from app.runtime.ports import (
 )
 from app.runtime.redaction import Redactor
 from app.runtime.state import state_hash
+from app.store import pg_append
 from app.store.base import (
     StoreBase,
     as_utc,
@@ -183,13 +187,17 @@ class LedgerStore(StoreBase):
         return self._persistable_json(payload)[0]
 
     def _persistable_json(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """`_persistable`, with the JSON text it measured (written as is where the driver
-        takes text, so the payload is encoded once)."""
+        """`_persistable`, also returning the JSON text it measured, for a caller that
+        sends JSON text itself (the PostgreSQL fast path) and so encodes it only once."""
         clean = self.redactor.value(payload)
         text = json.dumps(clean, separators=(",", ":"), ensure_ascii=False)
-        size = len(text.encode())
-        if size > self.max_event_bytes:
-            raise PayloadTooLarge(f"an event of {size} bytes exceeds {self.max_event_bytes} bytes")
+        # A UTF-8 character is at most 4 bytes: only a text that might be too big is encoded.
+        if len(text) * 4 > self.max_event_bytes:
+            size = len(text.encode())
+            if size > self.max_event_bytes:
+                raise PayloadTooLarge(
+                    f"an event of {size} bytes exceeds {self.max_event_bytes} bytes"
+                )
         return clean, text
 
     # ----------------------------------------------------------------- sessions
@@ -377,6 +385,18 @@ class LedgerStore(StoreBase):
         """
         if snapshot is not None and expected_seq is None:
             raise ValueError("a snapshot in an append needs expected_seq")
+        if self.is_postgres and metadata_patch is None and snapshot is None:
+            # The common append: one call of the server-side function (pg_append.py). Events
+            # are redacted and size-checked before anything is sent, as below.
+            prepared = [self._prepared(e) for e in events]
+            return await pg_append.append(
+                self,
+                tenant_id,
+                session_id,
+                prepared,
+                expected_seq=expected_seq,
+                expected_version=expected_version,
+            )
         n = len(events)
         async with self.write(tenant_id) as conn:
             record, xact_id = await self._reserve(
@@ -390,6 +410,12 @@ class LedgerStore(StoreBase):
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
         return AppendResult(session=record, events=written)
+
+    def _prepared(self, event: NewEvent) -> pg_append.Prepared:
+        payload, payload_json = self._persistable_json(event.payload)
+        return pg_append.Prepared(
+            str(event.type), event.run_id, event.turn_id, payload, payload_json
+        )
 
     async def _reserve(
         self,

@@ -14,15 +14,17 @@ apart.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from app.runtime.errors import (
     RunAlreadyActive,
@@ -34,12 +36,12 @@ from app.runtime.events import Event, NewEvent
 
 _RUN_START = (
     "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_start("
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
 _SESSION_TAIL = "SELECT o_found, o_session, o_events FROM asr_session_tail($1, $2, $3, $4)"
 _RUN_STEP = (
     "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_step("
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
 )
 
 
@@ -102,16 +104,6 @@ class PgFunctions:
         self.engine = engine
         self.in_transaction = in_transaction
 
-    @asynccontextmanager
-    async def _driver(self) -> AsyncIterator[Any]:
-        async with self.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            if not self.in_transaction:
-                yield driver
-                return
-            async with driver.transaction():
-                yield driver
-
     async def run_start(self, *args: Any) -> Any:
         """`asr_run_start`; raises TooManyRequests, SessionNotFound or RunAlreadyActive."""
         return await self._call(_RUN_START, args, args[3])
@@ -128,17 +120,83 @@ class PgFunctions:
 
     async def _call(self, sql: str, args: tuple[Any, ...], max_live: int | None) -> Any:
         try:
-            async with self._driver() as driver:
-                return await driver.fetchrow(sql, *args)
+            return await call(self.engine, sql, args, in_transaction=self.in_transaction)
+        except Refused as refused:
+            raise _refusal(refused.cause, args, max_live) from None
+
+
+class Refused(Exception):
+    """A function's own refusal (SQLSTATE class AS): not a driver failure."""
+
+    def __init__(self, cause: asyncpg.PostgresError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+async def call(
+    engine: AsyncEngine, sql: str, args: tuple[Any, ...], *, in_transaction: bool
+) -> Any:
+    """Run `sql` on a pooled connection's asyncpg connection; its one row (or None).
+
+    The pooled connection is checked out bare (`raw_connection`), not wrapped in an
+    `AsyncConnection`: half the Python of a checkout, and these calls need nothing of
+    SQLAlchemy's but the pool (idle ping, reset and invalidation included). The check-in
+    is shielded from cancellation, as `AsyncConnection.close` is.
+
+    Raises:
+        Refused: the function refused (SQLSTATE `AS0xx`); everything was rolled back.
+        DBAPIError (and its subclasses), as SQLAlchemy raises them, for anything else.
+    """
+    fairy = await engine.raw_connection()
+    try:
+        adapter: Any = fairy.dbapi_connection
+        driver: Any = fairy.driver_connection
+        try:
+            if in_transaction:
+                async with driver.transaction():
+                    return await driver.fetchrow(sql, *args)
+            return await driver.fetchrow(sql, *args)
         except asyncpg.PostgresError as exc:
-            refusal = _refusal(exc, args, max_live)
-            if refusal is None:
-                raise
-            raise refusal from None
+            if str(getattr(exc, "sqlstate", "")).startswith("AS"):
+                raise Refused(exc) from exc
+            await _raise_as_sqlalchemy(engine, fairy, adapter, sql, exc)
+        except Exception as exc:
+            await _raise_as_sqlalchemy(engine, fairy, adapter, sql, exc)
+    finally:
+        await asyncio.shield(greenlet_spawn(fairy.close))
 
 
-def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exception | None:
-    """The domain error for a function's `AS0xx` refusal; None for anything else."""
+async def _raise_as_sqlalchemy(
+    engine: AsyncEngine, fairy: Any, adapter: Any, sql: str, exc: Exception
+) -> NoReturn:
+    """Raise `exc` as SQLAlchemy would have for the same statement.
+
+    The adapter translates asyncpg's exception into its DB-API class (the same mapping the
+    SQLAlchemy path goes through); that is wrapped in `DBAPIError.instance`, so callers see
+    IntegrityError, OperationalError, ... with `connection_invalidated` set when the
+    connection died, in which case it is invalidated here and never returns to the pool.
+    Anything the adapter does not translate is raised unchanged.
+    """
+    dialect = engine.dialect
+    dbapi = dialect.loaded_dbapi
+    try:
+        adapter._handle_exception(exc)
+    except dbapi.Error as translated:
+        error: Exception = translated
+    except Exception as other:
+        error = other
+    invalidated = bool(dialect.is_disconnect(error, adapter, None))
+    if invalidated:
+        await greenlet_spawn(fairy.invalidate, error)
+    if isinstance(error, dbapi.Error):
+        raise DBAPIError.instance(
+            sql, None, error, dbapi.Error, connection_invalidated=invalidated, dialect=dialect
+        ) from exc
+    raise exc
+
+
+def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exception:
+    """The domain error for a function's `AS0xx` refusal."""
     code = getattr(exc, "sqlstate", None)
     message = getattr(exc, "message", "")
     if code == "AS001":
@@ -151,6 +209,4 @@ def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exc
         return SessionNotFound(args[1])
     if code == "AS003":
         return RunAlreadyActive(message or None)
-    if code == "AS004":
-        return RunFenced(f"run {args[2]} was taken over")
-    return None
+    return RunFenced(f"run {args[2]} was taken over")

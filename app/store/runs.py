@@ -184,7 +184,6 @@ class RunStore(LedgerStore):
             _json_text(values["options"]),
             values["idempotency_key"],
             *arrays.args(),
-            self.announcer.notify,
         )
         return self._function_result(row, arrays, now)
 
@@ -384,8 +383,7 @@ class RunStore(LedgerStore):
                 self.redactor.value(finish.output) if finish else None,
                 _json_text(self.redactor.value(finish.error)) if finish else None,
                 *arrays.args(),
-                self.announcer.notify,
-            )
+                )
             run, result = self._function_result(row, arrays, now)
             return replace(result, run=run) if finish is not None else result
         async with self.write(tenant_id) as conn:

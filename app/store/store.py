@@ -31,8 +31,9 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceSto
         max_event_bytes: int = 2_097_152,
         redactor: Redactor | None = None,
         notify: bool = True,
+        pgbouncer: bool | None = None,
     ) -> None:
-        super().__init__(engine, notify=notify)
+        super().__init__(engine, notify=notify, pgbouncer=pgbouncer)
         self.observer = observer or NullObserver()
         self.max_metadata_bytes = max_metadata_bytes
         self.max_event_bytes = max_event_bytes

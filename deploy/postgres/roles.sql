@@ -44,3 +44,11 @@ ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA public
   GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO :"app_role";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA public
   GRANT USAGE, SELECT ON SEQUENCES TO :"app_role";
+
+-- Functions the migrations create (0005's asr_append_events) run with the caller's rights
+-- (SECURITY INVOKER), so the policies still bind the app role inside them. PUBLIC may
+-- execute functions by default; the grant says so explicitly, and keeps working where an
+-- operator has revoked that default.
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO :"app_role";
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner_role" IN SCHEMA public
+  GRANT EXECUTE ON FUNCTIONS TO :"app_role";

@@ -14,8 +14,10 @@ refusal is an exception with an `AS0xx` SQLSTATE, which rolls everything back;
 row and the events after that seq, in one call (None for the events when the held state is
 not of this incarnation of the session, or is ahead of it).
 
-`asr_insert_events` is the writers' shared tail: the events with their seqs, and the one wake-up
-NOTIFY of the transaction (payload as `app.store.notify.encode_wakeup` writes it).
+`asr_insert_events` is the writers' shared tail: the events with their seqs (payloads arrive
+as JSON text, encoded once by the caller). Wake-ups are not sent here: the application sends
+them after the commit (`app.store.notify`), so that no writer holds PostgreSQL's global
+NOTIFY lock through its commit.
 
 SQLite keeps the SQLAlchemy path (it has no stored procedures and no round trips).
 
@@ -37,12 +39,11 @@ INSERT_EVENTS = """
 CREATE FUNCTION asr_insert_events(
     p_tenant text, p_session text, p_last_seq bigint, p_xact bigint, p_now timestamptz,
     p_event_ids text[], p_types text[], p_run_ids text[], p_turn_ids text[],
-    p_payloads jsonb[], p_notify boolean
+    p_payloads text[]
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
     n integer := coalesce(cardinality(p_event_ids), 0);
     v_positions bigint[];
-    v_wakeup text;
 BEGIN
     IF n = 0 THEN
         RETURN '{}';
@@ -53,20 +54,13 @@ BEGIN
             created_at
         )
         SELECT p_tenant, p_session, p_last_seq - n + u.ord, u.event_id, p_xact, u.type,
-               u.run_id, u.turn_id, u.payload, p_now
+               u.run_id, u.turn_id, u.payload::jsonb, p_now
         FROM unnest(p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads)
              WITH ORDINALITY AS u(event_id, type, run_id, turn_id, payload, ord)
         ORDER BY u.ord
         RETURNING e.seq, e.position
     )
     SELECT array_agg(i.position ORDER BY i.seq) INTO v_positions FROM inserted AS i;
-    IF p_notify THEN
-        v_wakeup := p_tenant || ':' || p_session || ':' || p_last_seq;
-        IF octet_length(v_wakeup) > 200 THEN
-            v_wakeup := p_tenant || ':';
-        END IF;
-        PERFORM pg_notify('asr_events', v_wakeup);
-    END IF;
     RETURN v_positions;
 END
 $$
@@ -78,7 +72,7 @@ CREATE FUNCTION asr_run_start(
     p_owner text, p_lease timestamptz, p_input jsonb, p_options jsonb,
     p_idempotency_key text,
     p_event_ids text[], p_types text[], p_run_ids text[], p_turn_ids text[],
-    p_payloads jsonb[], p_notify boolean,
+    p_payloads text[],
     OUT o_session sessions, OUT o_run runs, OUT o_xact_id bigint, OUT o_positions bigint[]
 ) LANGUAGE plpgsql AS $$
 DECLARE
@@ -118,7 +112,7 @@ BEGIN
     RETURNING r.* INTO o_run;
     o_positions := asr_insert_events(
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads, p_notify
+        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
     );
 END
 $$
@@ -130,7 +124,7 @@ CREATE FUNCTION asr_run_step(
     p_lease timestamptz, p_turns integer, p_usage jsonb,
     p_finish boolean, p_status text, p_stop_reason text, p_output text, p_error jsonb,
     p_event_ids text[], p_types text[], p_run_ids text[], p_turn_ids text[],
-    p_payloads jsonb[], p_notify boolean,
+    p_payloads text[],
     OUT o_session sessions, OUT o_run runs, OUT o_xact_id bigint, OUT o_positions bigint[]
 ) LANGUAGE plpgsql AS $$
 DECLARE
@@ -168,7 +162,7 @@ BEGIN
     o_xact_id := pg_current_xact_id()::text::bigint;
     o_positions := asr_insert_events(
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads, p_notify
+        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
     );
 END
 $$
@@ -209,7 +203,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute("DROP FUNCTION asr_session_tail")
-    op.execute("DROP FUNCTION asr_run_step")
-    op.execute("DROP FUNCTION asr_run_start")
-    op.execute("DROP FUNCTION asr_insert_events")
+    for name in ("asr_session_tail", "asr_run_step", "asr_run_start", "asr_insert_events"):
+        op.execute(f"DROP FUNCTION {name}")

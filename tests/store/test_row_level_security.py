@@ -217,3 +217,32 @@ def test_the_service_runs_as_the_app_role(roles: Roles, tmp_path: Path) -> None:
         stop_server(server)
     log = server.log()
     assert "Traceback" not in log and "row-level security" not in log, log[-4000:]
+
+
+async def test_the_append_function_runs_with_the_callers_rights(
+    roles: Roles, app_store: AgentSessionStore
+) -> None:
+    """Migration 0005's asr_append_events is SECURITY INVOKER, so the policies bind the app
+    role inside it too; its tenant scope ends with its own transaction."""
+    conn = await asyncpg.connect(Roles.dsn(roles.owner_url))
+    try:
+        row = await conn.fetchrow(
+            "SELECT p.prosecdef, pg_get_userbyid(p.proowner) AS owner,"
+            " has_function_privilege($1, p.oid, 'EXECUTE') AS runnable"
+            " FROM pg_proc p WHERE p.proname = 'asr_append_events'",
+            roles.app,
+        )
+    finally:
+        await conn.close()
+    assert row is not None and not row["prosecdef"] and row["runnable"]
+    assert row["owner"] == roles.owner
+    a = await _tenant_with_session(app_store, 1)
+    b = await _tenant_with_session(app_store, 1)
+    appended = await app_store.append_events(a.tenant_id, "s", events=_items(2, "x"))
+    assert [e.seq for e in appended.events] == [2, 3]
+    assert len(await app_store.list_events(b.tenant_id, "s")) == 1  # B's ledger untouched
+    # The one pooled connection: the append's tenant did not outlive its transaction.
+    async with app_store.engine.connect() as c, c.begin():
+        setting = await c.execute(text("SELECT current_setting('app.tenant_id', true)"))
+        assert setting.scalar_one() in (None, "")
+        assert (await c.execute(text("SELECT count(*) FROM session_events"))).scalar_one() == 0
