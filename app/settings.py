@@ -54,7 +54,7 @@ class Settings(BaseSettings):
         description="Where spans go: OTLP over HTTP (OTEL_EXPORTER_OTLP_* settings), the "
         "console, or nowhere (for a caller that adds its own processor).",
     )
-    db_pool_size: int = Field(default=10, ge=1, le=200)
+    db_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     snapshot_every: int = Field(
         default=200,

@@ -136,6 +136,15 @@ class VersionConflict(Conflict):
         )
 
 
+class StaleSession(Exception):
+    """A write conditional on the caller's cached view of a session found the session
+    changed since. Internal: the caller reads the session again and retries; never an HTTP
+    answer."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} changed since it was cached")
+
+
 class RunAlreadyActive(Conflict):
     code = "run_in_progress"
 

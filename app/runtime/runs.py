@@ -33,6 +33,7 @@ from app.runtime.errors import (
     RunAlreadyActive,
     RunFenced,
     RunNotFound,
+    StaleSession,
     ToolCallsPending,
     TooManyRequests,
 )
@@ -158,8 +159,53 @@ class RunManager:
         Raises:
             SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending.
         """
-        loaded = await self.runtime.load(tenant_id, session_id)
         self._check_rate(tenant_id)
+        # The cached view of the session, when this process has one, spares a read: the
+        # start is then conditional on the session still being that version (StaleSession
+        # otherwise, and the start is redone on a fresh read).
+        loaded = self.runtime.cached(tenant_id, session_id)
+        created = None
+        if loaded is not None and request.multitask == "reject":
+            try:
+                created = await self._create(
+                    tenant_id, session_id, request, loaded, idempotency_key, expected=True
+                )
+            except (StaleSession, ToolCallsPending):
+                pass  # the cached view may be behind: decide on a fresh read
+        if created is None:
+            loaded = await self.runtime.load(tenant_id, session_id)
+            created = await self._create(
+                tenant_id, session_id, request, loaded, idempotency_key, expected=False
+            )
+        record, started, options, start_events = created
+        queued = started is None
+        self._recent[tenant_id].append(time.monotonic())
+        live = _Live(run=record)
+        if started is not None:
+            self._carry(live, started, loaded.state)
+        self._live[record.run_id] = live
+        live.task = asyncio.create_task(
+            self._execute(
+                record, options, start_events if queued else None, live, loaded.session.agent
+            ),
+            name=f"run:{record.run_id}",
+            # The run's log lines name it (and its session), not the request that started it.
+            context=task_context(tenant_id=tenant_id, session_id=session_id, run_id=record.run_id),
+        )
+        return record
+
+    async def _create(
+        self,
+        tenant_id: str,
+        session_id: str,
+        request: RunRequest,
+        loaded: Loaded,
+        idempotency_key: str | None,
+        *,
+        expected: bool,
+    ) -> tuple[RunRecord, AppendResult | None, RunOptions, list[NewEvent]]:
+        """Check the request against the session as `loaded` has it, then create the run
+        (only if the session is still that version, with `expected`)."""
         options = self.resolve_options(loaded.session.agent, request)
         if request.input is not None:
             waiting = [
@@ -185,21 +231,9 @@ class RunManager:
             run_id=run_id,
             start_events=None if queued else start_events,
             max_live_runs=self.max_live_runs,
+            expected=(loaded.session.version, loaded.session.created_at) if expected else None,
         )
-        self._recent[tenant_id].append(time.monotonic())
-        live = _Live(run=record)
-        if started is not None:
-            self._carry(live, started, loaded.state)
-        self._live[run_id] = live
-        live.task = asyncio.create_task(
-            self._execute(
-                record, options, start_events if queued else None, live, loaded.session.agent
-            ),
-            name=f"run:{run_id}",
-            # The run's log lines name it (and its session), not the request that started it.
-            context=task_context(tenant_id=tenant_id, session_id=session_id, run_id=run_id),
-        )
-        return record
+        return record, started, options, start_events
 
     def _check_rate(self, tenant_id: str) -> None:
         """Runs per minute (this replica's window). Live runs per tenant (all replicas) are

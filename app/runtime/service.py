@@ -78,7 +78,9 @@ class SessionRuntime:
         # Runs report their stop reason, latency and model calls here (metrics).
         self.observer: Observer = observer or NullObserver()
         # (tenant, session) -> (created_at of that incarnation, its newest folded state).
-        self._cache: OrderedDict[tuple[str, str], tuple[datetime, SessionState]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], tuple[SessionRecord, SessionState]] = (
+            OrderedDict()
+        )
 
     # ------------------------------------------------------------------ reading
 
@@ -104,14 +106,13 @@ class SessionRuntime:
 
     async def load(self, tenant_id: str, session_id: str) -> Loaded:
         """The session and its current state: cache or snapshot, plus the tail of events."""
-        cached = self._cached(tenant_id, session_id)
+        cached = self._cache.get((tenant_id, session_id))
         found = await self.store.load_session(
-            tenant_id, session_id, base=(cached[0], cached[1].seq) if cached else None
+            tenant_id, session_id, base=(cached[0].created_at, cached[1].seq) if cached else None
         )
         if found is None:
             raise SessionNotFound(session_id)
         record, tail = found.session, found.tail
-        key = (tenant_id, session_id, record.created_at)
         base: SessionState | None
         if found.from_base and cached is not None:
             base = cached[1]
@@ -127,8 +128,14 @@ class SessionRuntime:
             await self.store.save_snapshot(
                 tenant_id, session_id, seq=state.seq, kind="auto", state=state.to_json()
             )
-        self._remember(key, state)
+        self.remember(record, state)
         return Loaded(session=record, state=state.copy())
+
+    def cached(self, tenant_id: str, session_id: str) -> Loaded | None:
+        """The session as this process last wrote or read it, without asking the store; it
+        may be stale, so only for a caller whose write checks it (`expected` version)."""
+        kept = self._cache.get((tenant_id, session_id))
+        return Loaded(session=kept[0], state=kept[1].copy()) if kept else None
 
     async def state_at(self, tenant_id: str, session_id: str, seq: int) -> SessionState:
         """The fold of the ledger up to `seq` (newest snapshot at or below it, plus events)."""
@@ -462,26 +469,22 @@ class SessionRuntime:
         raise SeqConflict(-1, -1)
 
     def _after_write(self, result: AppendResult, state: SessionState) -> Loaded:
-        record = result.session
-        self._remember((record.tenant_id, record.session_id, record.created_at), state)
-        return Loaded(session=record, state=state.copy())
+        self.remember(result.session, state)
+        return Loaded(session=result.session, state=state.copy())
 
     def remember(self, record: SessionRecord, state: SessionState) -> None:
-        """Keep `state`, the fold of `record`'s ledger up to `state.seq`, as the session's
-        cached state (for a writer that folded its own committed events)."""
-        self._remember((record.tenant_id, record.session_id, record.created_at), state)
-
-    def _cached(self, tenant_id: str, session_id: str) -> tuple[datetime, SessionState] | None:
-        return self._cache.get((tenant_id, session_id))
-
-    def _remember(self, key: tuple[str, str, datetime], state: SessionState) -> None:
-        """Keep `state` unless a newer state of the same incarnation is already kept."""
-        tenant_id, session_id, created_at = key
-        current = self._cache.get((tenant_id, session_id))
-        if current is not None and current[0] == created_at and current[1].seq > state.seq:
+        """Keep `state`, the fold of `record`'s ledger up to `state.seq`, and `record` as the
+        session's cached view, unless a newer state of the same incarnation is kept."""
+        key = (record.tenant_id, record.session_id)
+        current = self._cache.get(key)
+        if (
+            current is not None
+            and current[0].created_at == record.created_at
+            and current[1].seq > state.seq
+        ):
             return
-        self._cache[(tenant_id, session_id)] = (created_at, state.copy())
-        self._cache.move_to_end((tenant_id, session_id))
+        self._cache[key] = (record, state.copy())
+        self._cache.move_to_end(key)
         while len(self._cache) > _CACHE_MAX:
             self._cache.popitem(last=False)
 

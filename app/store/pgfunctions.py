@@ -30,13 +30,14 @@ from app.runtime.errors import (
     RunAlreadyActive,
     RunFenced,
     SessionNotFound,
+    StaleSession,
     TooManyRequests,
 )
 from app.runtime.events import Event, NewEvent
 
 _RUN_START = (
     "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_start("
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 )
 _SESSION_TAIL = "SELECT o_found, o_session, o_events FROM asr_session_tail($1, $2, $3, $4)"
 _RUN_STEP = (
@@ -105,7 +106,8 @@ class PgFunctions:
         self.in_transaction = in_transaction
 
     async def run_start(self, *args: Any) -> Any:
-        """`asr_run_start`; raises TooManyRequests, SessionNotFound or RunAlreadyActive."""
+        """`asr_run_start`; raises TooManyRequests, SessionNotFound, RunAlreadyActive or
+        StaleSession."""
         return await self._call(_RUN_START, args, args[3])
 
     async def run_step(self, *args: Any) -> Any:
@@ -209,4 +211,6 @@ def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exc
         return SessionNotFound(args[1])
     if code == "AS003":
         return RunAlreadyActive(message or None)
+    if code == "AS005":
+        return StaleSession(args[1])
     return RunFenced(f"run {args[2]} was taken over")

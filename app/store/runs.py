@@ -20,7 +20,13 @@ from typing import Any
 from sqlalchemy import BigInteger, Row, bindparam, case, func, literal, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound, TooManyRequests
+from app.runtime.errors import (
+    RunAlreadyActive,
+    RunFenced,
+    SessionNotFound,
+    StaleSession,
+    TooManyRequests,
+)
 from app.runtime.events import NewEvent
 from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
 from app.store.base import ALL_TENANTS, as_utc, session_from_mapping, session_from_row, utcnow
@@ -111,6 +117,7 @@ class RunStore(LedgerStore):
         run_id: str | None = None,
         start_events: list[NewEvent] | None = None,
         max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
     ) -> tuple[RunRecord, AppendResult | None]:
         """Insert a run: `queued`, or, with `start_events`, claimed at once in the same
         transaction (so a refused start leaves no row behind).
@@ -119,8 +126,12 @@ class RunStore(LedgerStore):
         running runs (counted in this transaction: one fewer round of BEGIN/COMMIT per run
         than a separate check, and no more racy than one).
 
+        `expected` is (version, created_at) of the session as the caller's cached view has
+        it: with start_events, the run starts only if the session is still exactly that.
+
         Raises:
-            SessionNotFound, TooManyRequests, RunAlreadyActive (only with start_events).
+            SessionNotFound, TooManyRequests, RunAlreadyActive and StaleSession (only with
+            start_events).
         """
         now = utcnow()
         values = {
@@ -140,7 +151,7 @@ class RunStore(LedgerStore):
             "updated_at": now,
         }
         if start_events is not None and self.functions is not None:
-            return await self._start_by_function(values, start_events, max_live_runs)
+            return await self._start_by_function(values, start_events, max_live_runs, expected)
         async with self.write(tenant_id) as conn:
             if max_live_runs is not None:
                 live = (await conn.execute(_COUNT_LIVE, {"c_tenant": tenant_id})).scalar_one()
@@ -151,7 +162,7 @@ class RunStore(LedgerStore):
                         code="too_many_runs",
                     )
             if start_events is not None:
-                return await self._insert_claimed(conn, values, start_events)
+                return await self._insert_claimed(conn, values, start_events, expected)
             exists = (
                 await conn.execute(
                     select(sessions.c.session_id).where(
@@ -165,7 +176,11 @@ class RunStore(LedgerStore):
             return run_from_row(row), None
 
     async def _start_by_function(
-        self, values: dict[str, Any], events: list[NewEvent], max_live_runs: int | None
+        self,
+        values: dict[str, Any],
+        events: list[NewEvent],
+        max_live_runs: int | None,
+        expected: tuple[int, datetime] | None,
     ) -> tuple[RunRecord, AppendResult]:
         """`_insert_claimed` and the live-run count in one round trip (PostgreSQL)."""
         assert self.functions is not None
@@ -183,6 +198,7 @@ class RunStore(LedgerStore):
             _json_text(values["input"]),
             _json_text(values["options"]),
             values["idempotency_key"],
+            *(expected or (None, None)),
             *arrays.args(),
         )
         return self._function_result(row, arrays, now)
@@ -196,14 +212,24 @@ class RunStore(LedgerStore):
         return run_from_mapping(row["o_run"]), AppendResult(session=session, events=written)
 
     async def _insert_claimed(
-        self, conn: AsyncConnection, values: dict[str, Any], events: list[NewEvent]
+        self,
+        conn: AsyncConnection,
+        values: dict[str, Any],
+        events: list[NewEvent],
+        expected: tuple[int, datetime] | None,
     ) -> tuple[RunRecord, AppendResult]:
         """A new run that is the session's active run from its first row on: the session is
         claimed (and its seqs reserved) first, so the run row is written once, already
         running, and the session's existence needs no read of its own."""
         now = values["created_at"]
         session, xact_id = await self._claim_session(
-            conn, values["tenant_id"], values["session_id"], values["run_id"], len(events), now
+            conn,
+            values["tenant_id"],
+            values["session_id"],
+            values["run_id"],
+            len(events),
+            now,
+            expected,
         )
         first = session.last_seq - len(events) + 1
         row = (
@@ -291,28 +317,30 @@ class RunStore(LedgerStore):
         run_id: str,
         n: int,
         now: datetime,
+        expected: tuple[int, datetime] | None = None,
     ) -> tuple[SessionRecord, int | None]:
         """Make `run_id` the session's active run and reserve `n` seqs, or raise.
 
         Raises:
-            SessionNotFound, RunAlreadyActive.
+            SessionNotFound, RunAlreadyActive, StaleSession (`expected` (version,
+            created_at) given and the session is no longer that).
         """
-        stmt = (
-            update(sessions)
-            .where(
-                sessions.c.tenant_id == tenant_id,
-                sessions.c.session_id == session_id,
-                sessions.c.active_run_id.is_(None),
-            )
-            .values(
-                active_run_id=run_id,
-                status="running",
-                last_seq=sessions.c.last_seq + n,
-                version=sessions.c.version + 1,
-                updated_at=now,
-            )
-            .returning(*sessions.c, self._xact_id_column())
+        stmt = update(sessions).where(
+            sessions.c.tenant_id == tenant_id,
+            sessions.c.session_id == session_id,
+            sessions.c.active_run_id.is_(None),
         )
+        if expected is not None:
+            stmt = stmt.where(
+                sessions.c.version == expected[0], sessions.c.created_at == expected[1]
+            )
+        stmt = stmt.values(
+            active_run_id=run_id,
+            status="running",
+            last_seq=sessions.c.last_seq + n,
+            version=sessions.c.version + 1,
+            updated_at=now,
+        ).returning(*sessions.c, self._xact_id_column())
         row = (await conn.execute(stmt)).first()
         if row is not None:
             return session_from_row(row), row._mapping["xact_id"]
@@ -325,6 +353,8 @@ class RunStore(LedgerStore):
         ).first()
         if active is None:
             raise SessionNotFound(session_id)
+        if active.active_run_id is None and expected is not None:
+            raise StaleSession(session_id)
         raise RunAlreadyActive(active.active_run_id)
 
     async def _older_queued(self, conn: AsyncConnection, run: RunRecord) -> bool:
@@ -383,7 +413,7 @@ class RunStore(LedgerStore):
                 self.redactor.value(finish.output) if finish else None,
                 _json_text(self.redactor.value(finish.error)) if finish else None,
                 *arrays.args(),
-                )
+            )
             run, result = self._function_result(row, arrays, now)
             return replace(result, run=run) if finish is not None else result
         async with self.write(tenant_id) as conn:

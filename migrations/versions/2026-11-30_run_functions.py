@@ -2,7 +2,8 @@
 five or six statements.
 
 `asr_run_start` starts a run (the tenant's live-run cap, the claim of the session with its
-seq reservation, the run row, the start events); `asr_run_step` writes one step of a run
+seq reservation, the run row, the start events), optionally only if the session is still
+the version the caller's cached view holds; `asr_run_step` writes one step of a run
 (the seq reservation, freeing the session when the run ends, the fenced update of the run
 row, the events). Both scope the transaction to the tenant first, exactly as the
 application does (`set_config('app.tenant_id', ..., true)`), and run as the caller
@@ -70,7 +71,7 @@ RUN_START = """
 CREATE FUNCTION asr_run_start(
     p_tenant text, p_session text, p_run text, p_max_live integer, p_now timestamptz,
     p_owner text, p_lease timestamptz, p_input jsonb, p_options jsonb,
-    p_idempotency_key text,
+    p_idempotency_key text, p_expected_version bigint, p_expected_created_at timestamptz,
     p_event_ids text[], p_types text[], p_run_ids text[], p_turn_ids text[],
     p_payloads text[],
     OUT o_session sessions, OUT o_run runs, OUT o_xact_id bigint, OUT o_positions bigint[]
@@ -90,6 +91,8 @@ BEGIN
     SET active_run_id = p_run, status = 'running', last_seq = s.last_seq + n,
         version = s.version + 1, updated_at = p_now
     WHERE s.tenant_id = p_tenant AND s.session_id = p_session AND s.active_run_id IS NULL
+      AND (p_expected_version IS NULL OR s.version = p_expected_version)
+      AND (p_expected_created_at IS NULL OR s.created_at = p_expected_created_at)
     RETURNING s.* INTO o_session;
     IF NOT FOUND THEN
         SELECT s.active_run_id INTO v_active FROM sessions AS s
@@ -97,7 +100,10 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION 'no such session' USING ERRCODE = 'AS002';
         END IF;
-        RAISE EXCEPTION '%', coalesce(v_active, '') USING ERRCODE = 'AS003';
+        IF v_active IS NOT NULL THEN
+            RAISE EXCEPTION '%', v_active USING ERRCODE = 'AS003';
+        END IF;
+        RAISE EXCEPTION 'the session changed since the caller read it' USING ERRCODE = 'AS005';
     END IF;
     o_xact_id := pg_current_xact_id()::text::bigint;
     INSERT INTO runs AS r (

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound, TooManyRequests
+from app.runtime.errors import (
+    RunAlreadyActive,
+    RunFenced,
+    SessionNotFound,
+    StaleSession,
+    TooManyRequests,
+)
 from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import NewSession, RunFinish
 from app.store.store import AgentSessionStore
@@ -185,3 +191,34 @@ async def test_a_step_of_another_tenants_run_is_fenced(
         )
     events, _ = await _rows(writer, tenant.tenant_id, sid)
     assert [e.seq for e in events] == [1]
+
+
+async def test_a_start_conditional_on_a_stale_view_is_refused(
+    writer: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    sid = await _session(writer, t)
+    seen = await writer.get_session(t, sid)
+    assert seen is not None
+    await writer.append_events(t, sid, events=[_event(EventType.STEP_END, "x", turn=1)])
+    with pytest.raises(StaleSession):
+        await _start(writer, t, sid, expected=(seen.version, seen.created_at))
+    events, run_rows = await _rows(writer, t, sid)
+    assert len(events) == 1 and run_rows == []
+    now = await writer.get_session(t, sid)
+    assert now is not None
+    run, started = await _start(writer, t, sid, expected=(now.version, now.created_at))
+    assert started.session.version == now.version + 1 and run.first_seq == 2
+    # A recreated session with the same id and version is another incarnation.
+    await writer.delete_session(t, sid)
+    await _session_with_id(writer, t, sid)
+    again = await writer.get_session(t, sid)
+    assert again is not None
+    with pytest.raises(StaleSession):
+        await _start(writer, t, sid, expected=(again.version, now.created_at))
+
+
+async def _session_with_id(store: AgentSessionStore, tenant: str, sid: str) -> None:
+    await store.create_session(
+        tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
+    )
