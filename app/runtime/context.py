@@ -25,7 +25,8 @@ def project(
             kept = items[fitting[0] :]
         elif cuts:
             kept = items[cuts[-1] :]  # the newest interaction alone, even if over budget
-    after = estimate_tokens(kept, summary)
+    # Nothing cut (the common case): the estimate is the one just made, not a second pass.
+    after = before if kept is items else estimate_tokens(kept, summary)
     report = {
         "kind": "projection",
         "budget": budget,

@@ -140,6 +140,8 @@ class LoopController:
                 tools=self.opts.tool_specs(),
                 continuation=continuation,
                 continuation_count=self.followups,
+                # Without a summary, the projection's estimate is exactly the items' one.
+                items_tokens=report["tokens_after"] if state.summary is None else None,
             )
             opening = [
                 NewEvent(EventType.STEP_START, {"turn": self.turns}, self.run_id, turn_id),

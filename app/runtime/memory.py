@@ -125,5 +125,5 @@ def item_text(item: dict[str, Any]) -> str:
 
 def estimate_tokens(items: list[dict[str, Any]], summary: str | None = None) -> int:
     """A cheap, download-free token estimate: about four characters a token, plus framing."""
-    chars = sum(len(item_text(i)) for i in items) + len(summary or "")
+    chars = sum(map(len, map(item_text, items))) + len(summary or "")
     return chars // 4 + 4 * len(items)

@@ -37,6 +37,9 @@ class ModelRequest:
     continuation: str | None = None
     continuation_count: int = 0
     max_output_tokens: int | None = None
+    # `estimate_tokens(items)` when the caller already made it (the scripted model's usage
+    # figure uses it instead of scanning the whole context again).
+    items_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,9 @@ class ScriptedModel:
         return ModelResponse(text=text, usage=self._usage(request, text))
 
     def _usage(self, request: ModelRequest, text: str) -> dict[str, int]:
-        prompt = estimate_tokens(request.items) + len(request.instructions or "") // 4
+        items = request.items_tokens
+        if items is None:
+            items = estimate_tokens(request.items)
+        prompt = items + len(request.instructions or "") // 4
         output = len(text) // 4 + 1
         return {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output}
