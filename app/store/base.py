@@ -16,6 +16,7 @@ from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
 from app.store.engine import WRITE_OPTION, behind_pgbouncer
+from app.store.group_commit import AppendGroups
 from app.store.notify import Announcer, Notifier, Wakeup
 from app.store.pgfunctions import PgFunctions
 from app.tracing import span
@@ -57,6 +58,8 @@ class StoreBase:
         self.functions = (
             PgFunctions(engine, in_transaction=self.pgbouncer) if self.is_postgres else None
         )
+        # Concurrent appends share calls and commits (group_commit.py); PostgreSQL only.
+        self.append_groups = AppendGroups(engine, in_transaction=self.pgbouncer)
         # Live readers are woken by every transaction that inserts events (see notify.py).
         notifier = None
         if notify and self.is_postgres:

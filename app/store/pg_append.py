@@ -1,4 +1,5 @@
-"""The PostgreSQL fast path of an append: one call of `asr_append_events` (migration 0006).
+"""The PostgreSQL fast path of an append: one call of `asr_append_events` (migration 0006),
+or a share of one `asr_append_batch` when appends arrive together (group_commit.py).
 
 Through SQLAlchemy an append is five round trips (BEGIN, tenant scope, reserve UPDATE,
 INSERT, COMMIT), each with its own layer of Python. Here the same steps run inside
@@ -26,10 +27,7 @@ from app.runtime.errors import SeqConflict, SessionNotFound, VersionConflict
 from app.runtime.events import Event
 from app.runtime.ports import AppendResult, SessionRecord
 from app.store.base import StoreBase, utcnow
-from app.store.pgfunctions import call
 from app.tracing import span
-
-CALL = "SELECT * FROM asr_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 
 _SPAN_ATTRIBUTES = {"db.system": "postgresql"}
 
@@ -79,7 +77,7 @@ async def append(
         [e.payload_json for e in events],
     )
     with span("store.write", **_SPAN_ATTRIBUTES):
-        row = await call(store.engine, CALL, args, in_transaction=store.pgbouncer)
+        row = await store.append_groups.append(args)
     if row is None:
         raise SessionNotFound(session_id)
     if not row["appended"]:

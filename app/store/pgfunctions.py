@@ -136,9 +136,15 @@ class Refused(Exception):
 
 
 async def call(
-    engine: AsyncEngine, sql: str, args: tuple[Any, ...], *, in_transaction: bool
+    engine: AsyncEngine,
+    sql: str,
+    args: tuple[Any, ...],
+    *,
+    in_transaction: bool,
+    all_rows: bool = False,
 ) -> Any:
-    """Run `sql` on a pooled connection's asyncpg connection; its one row (or None).
+    """Run `sql` on a pooled connection's asyncpg connection; its one row (or None), or
+    with `all_rows` the list of its rows.
 
     The pooled connection is checked out bare (`raw_connection`), not wrapped in an
     `AsyncConnection`: half the Python of a checkout, and these calls need nothing of
@@ -153,11 +159,12 @@ async def call(
     try:
         adapter: Any = fairy.dbapi_connection
         driver: Any = fairy.driver_connection
+        fetch = driver.fetch if all_rows else driver.fetchrow
         try:
             if in_transaction:
                 async with driver.transaction():
-                    return await driver.fetchrow(sql, *args)
-            return await driver.fetchrow(sql, *args)
+                    return await fetch(sql, *args)
+            return await fetch(sql, *args)
         except asyncpg.PostgresError as exc:
             if str(getattr(exc, "sqlstate", "")).startswith("AS"):
                 raise Refused(exc) from exc

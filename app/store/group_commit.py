@@ -1,0 +1,122 @@
+"""Group commit for appends on PostgreSQL: concurrent appends share one call and one commit.
+
+With many writers, each append's own commit (and its WAL flush, and its round trip) is what
+the database spends its time on. An append that finds fewer than `max_inflight` calls in
+flight and nobody queued goes alone, at once, exactly as before (`asr_append_events`): a
+lone writer never waits. Otherwise it queues, and the next call to finish takes everything
+queued (up to `max_batch`) into one `asr_append_batch` (migration 0007): every item is the
+same conditional append, applied in (tenant, session, arrival) order, and each caller gets
+its own row back — so results, refusals and errors are per append, as if alone. Each
+caller returns only once its append is committed.
+
+If a batch call fails for any reason but an item's own refusal (which the function reports
+per item), its items are retried one by one with `asr_append_events`, so one item's failure
+is never another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.pgfunctions import call
+
+SINGLE = "SELECT * FROM asr_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+BATCH = "SELECT * FROM asr_append_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+
+
+class AppendGroups:
+    """Queues appends while `max_inflight` calls are running and sends them together."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        in_transaction: bool,
+        max_inflight: int = 4,
+        max_batch: int = 64,
+    ) -> None:
+        self.engine = engine
+        self.in_transaction = in_transaction
+        self.max_inflight = max_inflight
+        self.max_batch = max_batch
+        self._inflight = 0
+        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def append(self, args: tuple[Any, ...]) -> Any:
+        """`asr_append_events(*args)`'s row (None: no such session), committed."""
+        if self._inflight < self.max_inflight and not self._queue:
+            self._inflight += 1
+            try:
+                return await self._single(args)
+            finally:
+                self._inflight -= 1
+                self._kick()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((args, future))
+        self._kick()
+        return await future
+
+    def _kick(self) -> None:
+        while self._queue and self._inflight < self.max_inflight:
+            batch = self._queue[: self.max_batch]
+            del self._queue[: self.max_batch]
+            self._inflight += 1
+            task = asyncio.get_running_loop().create_task(self._flush(batch))
+            self._tasks.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        try:
+            if len(batch) == 1:
+                await self._settle_alone(*batch[0])
+                return
+            try:
+                rows = await self._batch([args for args, _ in batch])
+            except Exception:
+                for args, future in batch:  # one item's failure must not be another's
+                    await self._settle_alone(args, future)
+                return
+            for i, (_, future) in enumerate(batch, start=1):
+                if not future.done():
+                    future.set_result(rows.get(i))
+        finally:
+            self._inflight -= 1
+            self._kick()
+
+    async def _settle_alone(self, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
+        try:
+            row = await self._single(args)
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(row)
+
+    async def _single(self, args: tuple[Any, ...]) -> Any:
+        return await call(self.engine, SINGLE, args, in_transaction=self.in_transaction)
+
+    async def _batch(self, items: list[tuple[Any, ...]]) -> dict[int, Any]:
+        """One `asr_append_batch` call; rows by item (1-based), absent for a missing session."""
+        counts = [len(args[5]) for args in items]
+        offsets = list(itertools.accumulate([0, *counts[:-1]]))
+        columns = list(zip(*items, strict=True))
+        args = (
+            list(columns[0]),  # tenants
+            list(columns[1]),  # sessions
+            list(columns[2]),  # expected seqs
+            list(columns[3]),  # expected versions
+            list(columns[4]),  # nows
+            offsets,
+            counts,
+            *(list(itertools.chain.from_iterable(columns[k])) for k in range(5, 10)),
+        )
+        rows = await call(
+            self.engine, BATCH, args, in_transaction=self.in_transaction, all_rows=True
+        )
+        return {row["idx"]: row for row in rows}

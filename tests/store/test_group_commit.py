@@ -1,0 +1,186 @@
+"""Group commit (PostgreSQL): concurrent appends share calls and commits, and each still gets
+exactly what it would have got alone."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+
+from app.runtime.errors import SeqConflict, SessionNotFound
+from app.runtime.events import EventType, NewEvent
+from app.runtime.ports import NewSession
+from app.store.store import AgentSessionStore
+from app.store.tables import session_events
+from tests.conftest import TenantKey
+
+
+@pytest.fixture
+def pg(store: AgentSessionStore) -> AgentSessionStore:
+    if not store.is_postgres:
+        pytest.skip("group commit is PostgreSQL's (SQLite has one writer at a time)")
+    return store
+
+
+def _event(i: int) -> NewEvent:
+    return NewEvent(EventType.STEP_END, {"turn": i, "text": "x" * (i % 7)})
+
+
+async def _session(store: AgentSessionStore, tenant: str) -> str:
+    sid = f"g-{uuid.uuid4().hex[:10]}"
+    await store.create_session(
+        tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
+    )
+    return sid
+
+
+async def test_concurrent_appends_are_batched_gapless_and_in_order(
+    pg: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey
+) -> None:
+    t, u = tenant.tenant_id, other_tenant.tenant_id
+    sessions = [(t, await _session(pg, t)) for _ in range(3)] + [(u, await _session(pg, u))]
+    calls = 0
+    original = pg.append_groups._batch
+
+    async def counting(items: list[tuple[Any, ...]]) -> dict[int, Any]:
+        nonlocal calls
+        calls += 1
+        return await original(items)
+
+    pg.append_groups._batch = counting  # type: ignore[method-assign]
+    try:
+
+        async def writer(w: int) -> list[int]:
+            tenant_id, sid = sessions[w % len(sessions)]
+            seqs = []
+            for i in range(25):
+                result = await pg.append_events(tenant_id, sid, events=[_event(i)] * (1 + i % 3))
+                seqs.extend(e.seq for e in result.events)
+            return seqs
+
+        results = await asyncio.gather(*(writer(w) for w in range(16)))
+    finally:
+        del pg.append_groups._batch
+    assert calls > 0  # 16 writers on a limit of 4 calls in flight: some appends shared one
+    for k, (tenant_id, sid) in enumerate(sessions):
+        mine = sorted(s for w, seqs in enumerate(results) if w % len(sessions) == k for s in seqs)
+        assert mine == list(range(1, len(mine) + 1))  # every seq once, no gap
+        async with pg.read(tenant_id) as conn:
+            rows = (
+                await conn.execute(
+                    select(session_events.c.seq, session_events.c.position)
+                    .where(
+                        session_events.c.tenant_id == tenant_id,
+                        session_events.c.session_id == sid,
+                    )
+                    .order_by(session_events.c.seq)
+                )
+            ).all()
+        assert [r.seq for r in rows] == mine
+        positions = [r.position for r in rows]
+        assert positions == sorted(positions)  # positions follow seqs within a session
+
+
+async def test_a_batch_reports_each_item_as_if_alone(
+    pg: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    sid = await _session(pg, t)
+    now = datetime.now(UTC)
+
+    def args(session: str, expected: int | None) -> tuple[Any, ...]:
+        return (
+            t,
+            session,
+            expected,
+            None,
+            now,
+            [str(uuid.uuid4())],
+            ["STEP_END"],
+            [None],
+            [None],
+            ['{"n": 1}'],
+        )
+
+    rows = await pg.append_groups._batch(
+        [args(sid, 0), args(sid, 0), args("missing", None), args(sid, 1), args(sid, None)]
+    )
+    assert rows[1]["appended"] and rows[1]["last_seq"] == 1
+    assert not rows[2]["appended"] and rows[2]["last_seq"] == 1  # its condition saw seq 1
+    assert 3 not in rows  # no such session: no row, as asr_append_events
+    assert rows[4]["appended"] and rows[4]["last_seq"] == 2
+    assert rows[5]["appended"] and rows[5]["last_seq"] == 3
+    assert rows[1]["xact_id"] == rows[4]["xact_id"] == rows[5]["xact_id"]  # one transaction
+
+
+async def test_a_failing_batch_is_retried_item_by_item(
+    pg: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    good, bad = await _session(pg, t), await _session(pg, t)
+    groups = pg.append_groups
+    now = datetime.now(UTC)
+
+    def args(session: str, payload: str) -> tuple[Any, ...]:
+        return (
+            t,
+            session,
+            None,
+            None,
+            now,
+            [str(uuid.uuid4())],
+            ["STEP_END"],
+            [None],
+            [None],
+            [payload],
+        )
+
+    # Fill the calls in flight so that the next appends queue and go out as one batch.
+    gate = asyncio.Event()
+    original = groups._single
+
+    async def held(a: tuple[Any, ...]) -> Any:
+        await gate.wait()
+        return await original(a)
+
+    groups._single = held  # type: ignore[method-assign]
+    try:
+        blockers = [asyncio.create_task(groups.append(args(good, "{}"))) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        queued = [
+            asyncio.create_task(groups.append(args(good, '{"ok": 1}'))),
+            asyncio.create_task(groups.append(args(bad, "not json"))),
+            asyncio.create_task(groups.append(args(good, '{"ok": 2}'))),
+        ]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.gather(*blockers)
+        first, broken, third = await asyncio.gather(*queued, return_exceptions=True)
+    finally:
+        del groups._single
+    assert isinstance(broken, DBAPIError)
+    assert first["appended"] and third["appended"]
+    session = await pg.get_session(t, good)
+    assert session is not None and session.last_seq == 6
+    assert (await pg.get_session(t, bad)).last_seq == 0  # type: ignore[union-attr]
+
+
+async def test_refusals_through_the_store_are_unchanged(
+    pg: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    sid = await _session(pg, t)
+
+    async def conflicting() -> None:
+        await pg.append_events(t, sid, events=[_event(1)], expected_seq=0)
+
+    outcomes = await asyncio.gather(*(conflicting() for _ in range(8)), return_exceptions=True)
+    assert sum(o is None for o in outcomes) == 1
+    assert all(isinstance(o, SeqConflict) for o in outcomes if o is not None)
+    with pytest.raises(SessionNotFound):
+        await pg.append_events(t, "no-such-session", events=[_event(1)])
