@@ -65,6 +65,7 @@ from app.store.base import (
     session_from_row,
     utcnow,
 )
+from app.store.pgfunctions import EventArrays
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
 _POSITION_COUNTER = "event_position"
@@ -388,12 +389,11 @@ class LedgerStore(StoreBase):
         if self.is_postgres and metadata_patch is None and snapshot is None:
             # The common append: one call of the server-side function (pg_append.py). Events
             # are redacted and size-checked before anything is sent, as below.
-            prepared = [self._prepared(e) for e in events]
             return await pg_append.append(
                 self,
                 tenant_id,
                 session_id,
-                prepared,
+                EventArrays.of(events, self._persistable_json),
                 expected_seq=expected_seq,
                 expected_version=expected_version,
             )
@@ -410,12 +410,6 @@ class LedgerStore(StoreBase):
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
         return AppendResult(session=record, events=written)
-
-    def _prepared(self, event: NewEvent) -> pg_append.Prepared:
-        payload, payload_json = self._persistable_json(event.payload)
-        return pg_append.Prepared(
-            str(event.type), event.run_id, event.turn_id, payload, payload_json
-        )
 
     async def _reserve(
         self,

@@ -588,15 +588,6 @@ class RunStore(LedgerStore):
         ).first()
         return run_from_row(row) if row is not None else None
 
-    async def count_live_runs(self, tenant_id: str) -> int:
-        async with self.read(tenant_id) as conn:
-            stmt = (
-                select(func.count())
-                .select_from(runs)
-                .where(runs.c.tenant_id == tenant_id, runs.c.status.in_(LIVE))
-            )
-            return int((await conn.execute(stmt)).scalar_one())
-
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         async with self.read(tenant_id) as conn:
             return await self._get_run(conn, tenant_id, run_id)

@@ -1,8 +1,8 @@
 """asr_append_batch: several appends (to any sessions, of any tenants) in one call and one
 commit — group commit for concurrent appends (PostgreSQL).
 
-Each item is exactly one `asr_append_events` (0006): the tenant scope, the conditional
-reserve UPDATE of its session row, its events (0005's `asr_insert_events`). Items are
+Each item is exactly one call of `asr_append_events` (0006), inside this one transaction:
+the tenant scope, the conditional reserve UPDATE of its session row, its events. Items are
 applied in (tenant, session, arrival) order, so two batches in flight lock session rows in
 the same global order and cannot deadlock, and two appends to one session in a batch apply
 in the order they arrived, as if one after the other. An item whose condition fails (seq or
@@ -67,48 +67,22 @@ LANGUAGE plpgsql
 VOLATILE
 SECURITY INVOKER
 AS $fn$
-#variable_conflict use_column
 DECLARE
     i integer;
-    n integer;
     a integer;
-    s sessions%ROWTYPE;
-    v_xact bigint := pg_current_xact_id()::text::bigint;
-    v_positions bigint[];
+    n integer;
 BEGIN
     FOR i IN
         SELECT u.ord FROM unnest(p_tenants, p_sessions) WITH ORDINALITY AS u(t, sid, ord)
         ORDER BY u.t, u.sid, u.ord
     LOOP
-        PERFORM set_config('app.tenant_id', p_tenants[i], true);
-        n := p_counts[i];
         a := p_offsets[i];
-        UPDATE sessions AS x
-           SET last_seq = x.last_seq + n, version = x.version + 1, updated_at = p_nows[i]
-         WHERE x.tenant_id = p_tenants[i] AND x.session_id = p_sessions[i]
-           AND (p_expected_seqs[i] IS NULL OR x.last_seq = p_expected_seqs[i])
-           AND (p_expected_versions[i] IS NULL OR x.version = p_expected_versions[i])
-        RETURNING x.* INTO s;
-        IF NOT FOUND THEN
-            SELECT x.* INTO s FROM sessions AS x
-             WHERE x.tenant_id = p_tenants[i] AND x.session_id = p_sessions[i];
-            IF FOUND THEN
-                RETURN QUERY SELECT i, false, s.tenant_id, s.session_id, s.root_session_id,
-                    s.parent_session_id, s.forked_from_seq, s.status, s.metadata, s.agent,
-                    s.binding, s.last_seq, s.version, s.active_run_id, s.created_at,
-                    s.updated_at, NULL::bigint, NULL::bigint[];
-            END IF;
-            CONTINUE;
-        END IF;
-        v_positions := asr_insert_events(
-            p_tenants[i], p_sessions[i], s.last_seq, v_xact, p_nows[i],
-            p_event_ids[a + 1 : a + n], p_types[a + 1 : a + n], p_run_ids[a + 1 : a + n],
-            p_turn_ids[a + 1 : a + n], p_payloads[a + 1 : a + n]
-        );
-        RETURN QUERY SELECT i, true, s.tenant_id, s.session_id, s.root_session_id,
-            s.parent_session_id, s.forked_from_seq, s.status, s.metadata, s.agent, s.binding,
-            s.last_seq, s.version, s.active_run_id, s.created_at, s.updated_at,
-            v_xact, v_positions;
+        n := p_counts[i];
+        RETURN QUERY SELECT i, r.* FROM asr_append_events(
+            p_tenants[i], p_sessions[i], p_expected_seqs[i], p_expected_versions[i],
+            p_nows[i], p_event_ids[a + 1 : a + n], p_types[a + 1 : a + n],
+            p_run_ids[a + 1 : a + n], p_turn_ids[a + 1 : a + n], p_payloads[a + 1 : a + n]
+        ) AS r;
     END LOOP;
 END
 $fn$
