@@ -251,6 +251,13 @@ class TooManyRequests(AgentSessionError):
             self.code = code
 
 
+def too_many_runs(limit: int | None) -> TooManyRequests:
+    """The refusal of a run over the tenant's cap of live (queued or running) runs."""
+    return TooManyRequests(
+        f"at most {limit} active or queued runs per tenant", retry_after=1, code="too_many_runs"
+    )
+
+
 class Unauthorized(AgentSessionError):
     code = "unauthorized"
 

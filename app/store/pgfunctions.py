@@ -31,7 +31,7 @@ from app.runtime.errors import (
     RunFenced,
     SessionNotFound,
     StaleSession,
-    TooManyRequests,
+    too_many_runs,
 )
 from app.runtime.events import Event, NewEvent
 
@@ -209,11 +209,7 @@ def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exc
     code = getattr(exc, "sqlstate", None)
     message = getattr(exc, "message", "")
     if code == "AS001":
-        return TooManyRequests(
-            f"at most {max_live} active or queued runs per tenant",
-            retry_after=1,
-            code="too_many_runs",
-        )
+        return too_many_runs(max_live)
     if code == "AS002":
         return SessionNotFound(args[1])
     if code == "AS003":

@@ -25,7 +25,7 @@ from app.runtime.errors import (
     RunFenced,
     SessionNotFound,
     StaleSession,
-    TooManyRequests,
+    too_many_runs,
 )
 from app.runtime.events import NewEvent
 from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
@@ -156,11 +156,7 @@ class RunStore(LedgerStore):
             if max_live_runs is not None:
                 live = (await conn.execute(_COUNT_LIVE, {"c_tenant": tenant_id})).scalar_one()
                 if live >= max_live_runs:
-                    raise TooManyRequests(
-                        f"at most {max_live_runs} active or queued runs per tenant",
-                        retry_after=1,
-                        code="too_many_runs",
-                    )
+                    raise too_many_runs(max_live_runs)
             if start_events is not None:
                 return await self._insert_claimed(conn, values, start_events, expected)
             exists = (
