@@ -81,7 +81,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
-            idempotency_lock_seconds=settings.idempotency_lock_seconds,
             observer=metrics,
             max_event_bytes=settings.max_event_bytes,
             redactor=redactor,

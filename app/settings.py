@@ -83,9 +83,6 @@ class Settings(BaseSettings):
     )
     page_limit_max: int = Field(default=1000, ge=1)
     idempotency_ttl_seconds: int = Field(default=86_400, ge=86_400)
-    idempotency_lock_seconds: int = Field(
-        default=60, ge=1, description="After this, an unfinished idempotent request may be retried."
-    )
     run_lease_seconds: float = Field(
         default=30.0, gt=0, description="A run's lease; a dead owner's run is interrupted after it."
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
@@ -11,7 +13,9 @@ from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.runs import run_view
 from app.api.schemas import DelegateCreate, DelegateRead
-from app.runtime.delegation import DelegationRequest
+from app.runtime.delegation import Delegated, DelegationRequest
+from app.runtime.errors import RunNotFound
+from app.runtime.ports import IdempotencyToken
 
 router = APIRouter(prefix="/v1/sessions", tags=["delegation"])
 
@@ -32,16 +36,27 @@ async def delegate(
     delegator: DelegatorDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    async def produce() -> Response:
-        result = await delegator.delegate(
-            tenant.tenant_id,
-            session_id,
-            DelegationRequest(
-                input=body.input,
-                agent=body.agent.model_dump() if body.agent is not None else None,
-                metadata=body.metadata,
-            ),
+    async def produce(token: IdempotencyToken | None) -> Response:
+        return await _delegated(
+            await delegator.delegate(
+                tenant.tenant_id,
+                session_id,
+                DelegationRequest(
+                    input=body.input,
+                    agent=body.agent.model_dump() if body.agent is not None else None,
+                    metadata=body.metadata,
+                ),
+                idempotency=token,
+            )
         )
+
+    async def replay(result: dict[str, Any]) -> Response:
+        run = await delegator.runs.store.get_run(tenant.tenant_id, result["run_id"])
+        if run is None:
+            raise RunNotFound(result["run_id"])
+        return await _delegated(await delegator.finish(run))
+
+    async def _delegated(result: Delegated) -> Response:
         child = result.session.session_id
         return JSONResponse(
             {
@@ -52,4 +67,4 @@ async def delegate(
             headers={"Location": f"/v1/sessions/{child}"},
         )
 
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)

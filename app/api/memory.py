@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
 
-from app.api.deps import RunsDep, RuntimeDep, TenantDep
+from app.api.deps import IdempotencyKey, RunsDep, RuntimeDep, TenantDep
+from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import CompactRead, CompactRequest, ContextRead
 from app.runtime.agent import AgentSpec
-from app.runtime.compact import compact_session
+from app.runtime.compact import compact_result_of, compact_session
 from app.runtime.context import budget_of, project
+from app.runtime.ports import IdempotencyToken
+from app.runtime.service import Loaded
 
 router = APIRouter(prefix="/v1/sessions", tags=["memory"])
 
@@ -24,38 +28,56 @@ router = APIRouter(prefix="/v1/sessions", tags=["memory"])
 )
 async def compact(
     session_id: str,
+    request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
     runs: RunsDep,
     body: CompactRequest | None = None,
-) -> dict:
-    request = body or CompactRequest()
-    session = await runtime.get(tenant.tenant_id, session_id)
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    asked = body or CompactRequest()
     overrides = {
         k: v
         for k, v in (
-            ("keep_last", request.keep_last),
-            ("tool_output_max_chars", request.tool_output_max_chars),
+            ("keep_last", asked.keep_last),
+            ("tool_output_max_chars", asked.tool_output_max_chars),
         )
         if v is not None
     }
-    loaded, result = await compact_session(
-        runtime,
-        tenant.tenant_id,
-        session_id,
-        runs.summarizer_for(session.agent),
-        strategy=request.strategy,
-        overrides=overrides,
-        reset_breaker=request.reset_breaker,
+
+    async def produce(token: IdempotencyToken | None) -> Response:
+        session = await runtime.get(tenant.tenant_id, session_id)
+        loaded, result = await compact_session(
+            runtime,
+            tenant.tenant_id,
+            session_id,
+            runs.summarizer_for(session.agent),
+            strategy=asked.strategy,
+            overrides=overrides,
+            reset_breaker=asked.reset_breaker,
+            idempotency=token,
+        )
+        return _compacted(session_id, loaded, result)
+
+    async def replay(result: dict) -> Response:
+        committed = await runtime.committed_events(tenant.tenant_id, result)
+        loaded = await runtime.as_committed(tenant.tenant_id, result)
+        return _compacted(session_id, loaded, compact_result_of(committed.events))
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
+
+
+def _compacted(session_id: str, loaded: Loaded, result: dict[str, Any] | None) -> Response:
+    return JSONResponse(
+        {
+            "session_id": session_id,
+            "seq": loaded.state.seq,
+            "result": result,
+            "breaker": loaded.state.breaker,
+            "estimated_tokens": loaded.state.estimated_tokens(),
+            "items": len(loaded.state.items),
+        }
     )
-    return {
-        "session_id": session_id,
-        "seq": loaded.state.seq,
-        "result": result,
-        "breaker": loaded.state.breaker,
-        "estimated_tokens": loaded.state.estimated_tokens(),
-        "items": len(loaded.state.items),
-    }
 
 
 @router.get(

@@ -7,7 +7,7 @@ Every route answers 404 `processes_disabled` unless the operator turned the proc
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -24,6 +24,8 @@ from app.api.schemas import (
     StdinRead,
     StdinWrite,
 )
+from app.runtime.errors import IdempotentReplay
+from app.runtime.ports import IdempotencyToken
 
 router = APIRouter(prefix="/v1/sessions", tags=["processes"])
 
@@ -56,18 +58,28 @@ async def start_process(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    async def produce() -> Response:
-        view = await processes.start(
-            tenant.tenant_id,
-            session_id,
-            body.command,
-            timeout_seconds=body.timeout_seconds,
-            stdin=body.stdin,
+    async def produce(token: IdempotencyToken | None) -> Response:
+        return _started(
+            await processes.start(
+                tenant.tenant_id,
+                session_id,
+                body.command,
+                timeout_seconds=body.timeout_seconds,
+                stdin=body.stdin,
+                idempotency=token,
+            )
         )
+
+    async def replay(result: dict[str, Any]) -> Response:
+        recorded = await runtime.committed_events(tenant.tenant_id, result)
+        process_id = recorded.events[0].payload["process_id"]
+        return _started(await processes.get(tenant.tenant_id, session_id, process_id))
+
+    def _started(view: dict[str, Any]) -> Response:
         location = f"/v1/sessions/{session_id}/processes/{view['process_id']}"
         return JSONResponse(view, status_code=201, headers={"Location": location})
 
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.get(
@@ -117,13 +129,18 @@ async def write_process_stdin(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    async def produce() -> Response:
+    # Stdin is outside the ledger: nothing to seal the key in, so it is recorded with the
+    # answer (a replay once answered; no protection against a crash before that).
+    async def produce(_: IdempotencyToken | None) -> Response:
         written = await processes.write_stdin(
             tenant.tenant_id, session_id, process_id, body.data, eof=body.eof
         )
         return JSONResponse({"process_id": process_id, "bytes_written": written, "eof": body.eof})
 
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    async def replay(_: dict[str, Any]) -> Response:
+        raise IdempotentReplay(idempotency_key or "")  # recorded keys here always have answers
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.post(

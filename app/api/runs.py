@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import IdempotencyKey, RunsDep, RuntimeDep, SettingsDep, TenantDep
-from app.api.idempotency import idempotent
+from app.api.idempotency import idempotent, provisional
 from app.api.problems import problem_responses
 from app.api.schemas import (
     ApprovalRequest,
@@ -26,10 +26,20 @@ from app.api.schemas import (
     UsageRead,
 )
 from app.api.sse import read_whole
+from app.runtime.accounts import Principal
 from app.runtime.errors import RunNotFound
-from app.runtime.ports import RunRecord
-from app.runtime.runs import RunManager, RunRequest, answer_tool_calls, decide_approval
-from app.runtime.service import SessionRuntime
+from app.runtime.events import NewEvent
+from app.runtime.ports import IdempotencyToken, RunRecord
+from app.runtime.runs import (
+    LIVE_STATUSES,
+    Prefix,
+    RunManager,
+    RunRequest,
+    answer_events,
+    append_checked,
+    approval_events,
+)
+from app.runtime.service import Loaded, SessionRuntime
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1/sessions", tags=["runs"])
@@ -122,7 +132,29 @@ async def respond(
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
     done = await runs.wait(tenant_id, run.run_id, within_seconds=settings.run_wait_seconds)
-    return JSONResponse(await run_view(runtime, done), headers={"Location": location})
+    answer = JSONResponse(await run_view(runtime, done), headers={"Location": location})
+    # Still running after the wait: not the run's answer, so not what a replay should repeat.
+    return provisional(answer) if done.status in LIVE_STATUSES else answer
+
+
+async def respond_recorded(
+    runs: RunManager,
+    runtime: SessionRuntime,
+    settings: Settings,
+    tenant_id: str,
+    result: dict[str, Any],
+    mode: str,
+    *,
+    include_deltas: bool = True,
+) -> Response:
+    """Answer again for a recorded run start (an idempotent replay): the same run, in the
+    requested mode; a waiting client waits for it wherever it runs."""
+    run = await runs.store.get_run(tenant_id, result["run_id"])
+    if run is None:
+        raise RunNotFound(result["run_id"])
+    return await respond(
+        runs, runtime, settings, tenant_id, run, mode, include_deltas=include_deltas
+    )
 
 
 SHUTDOWN_FRAME_GRACE_SECONDS = 3.0
@@ -222,10 +254,8 @@ async def create_run(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    async def produce() -> Response:
-        run = await runs.start(
-            tenant.tenant_id, session_id, _request_of(body), idempotency_key=idempotency_key
-        )
+    async def produce(token: IdempotencyToken | None) -> Response:
+        run = await runs.start(tenant.tenant_id, session_id, _request_of(body), idempotency=token)
         return await respond(
             runs,
             runtime,
@@ -236,9 +266,18 @@ async def create_run(
             include_deltas=body.include_deltas,
         )
 
-    if body.mode == "stream":
-        return await produce()  # a stream cannot be replayed; the key is not recorded
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    async def replay(result: dict[str, Any]) -> Response:
+        return await respond_recorded(
+            runs,
+            runtime,
+            settings,
+            tenant.tenant_id,
+            result,
+            body.mode,
+            include_deltas=body.include_deltas,
+        )
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.get(
@@ -287,20 +326,44 @@ async def cancel_run(
     return await run_view(runtime, await runs.cancel(tenant.tenant_id, session_id, run_id))
 
 
-async def _continue(
+async def _answer(
+    request: Request,
     runs: RunManager,
     runtime: SessionRuntime,
     settings: Settings,
-    tenant_id: str,
+    tenant: Principal,
     session_id: str,
-    last_seq: int,
+    idempotency_key: str | None,
+    make_events: Prefix,
+    *,
     continue_run: bool,
     mode: str,
 ) -> Response:
-    if not continue_run:
-        return JSONResponse({"session_id": session_id, "last_seq": last_seq, "run": None})
-    run = await runs.start(tenant_id, session_id, RunRequest())
-    return await respond(runs, runtime, settings, tenant_id, run, mode)
+    """Write answers (tool outputs, an approval) and, with `continue_run`, start the run that
+    continues from them, in one transaction: a crash can never leave the answers written and
+    the continuation lost, nor a retry start it twice."""
+
+    async def produce(token: IdempotencyToken | None) -> Response:
+        if continue_run:
+            run = await runs.start(
+                tenant.tenant_id, session_id, RunRequest(), idempotency=token, prefix=make_events
+            )
+            return await respond(runs, runtime, settings, tenant.tenant_id, run, mode)
+        result = await append_checked(
+            runtime, tenant.tenant_id, session_id, make_events, idempotency=token
+        )
+        return _answered(session_id, result.session.last_seq)
+
+    async def replay(result: dict[str, Any]) -> Response:
+        if "run_id" in result:
+            return await respond_recorded(runs, runtime, settings, tenant.tenant_id, result, mode)
+        return _answered(session_id, result["last_seq"])
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
+
+
+def _answered(session_id: str, last_seq: int) -> Response:
+    return JSONResponse({"session_id": session_id, "last_seq": last_seq, "run": None})
 
 
 @router.post(
@@ -312,27 +375,29 @@ async def _continue(
 async def post_tool_outputs(
     session_id: str,
     body: ToolOutputsRequest,
+    request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
     runs: RunsDep,
     settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    result = await answer_tool_calls(
-        runtime,
-        tenant.tenant_id,
-        session_id,
-        [o.model_dump() for o in body.outputs],
-        replace=body.replace,
-    )
-    return await _continue(
+    outputs = [o.model_dump() for o in body.outputs]
+
+    def make_events(loaded: Loaded) -> list[NewEvent]:
+        return answer_events(loaded, outputs, replace=body.replace)
+
+    return await _answer(
+        request,
         runs,
         runtime,
         settings,
-        tenant.tenant_id,
+        tenant,
         session_id,
-        result.session.last_seq,
-        body.continue_run and not body.replace,
-        body.mode,
+        idempotency_key,
+        make_events,
+        continue_run=body.continue_run and not body.replace,
+        mode=body.mode,
     )
 
 
@@ -345,28 +410,29 @@ async def post_tool_outputs(
 async def post_approval(
     session_id: str,
     body: ApprovalRequest,
+    request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
     runs: RunsDep,
     settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    result = await decide_approval(
-        runtime,
-        tenant.tenant_id,
-        session_id,
-        call_id=body.call_id,
-        decision=body.decision,
-        reason=body.reason,
-    )
-    return await _continue(
+    def make_events(loaded: Loaded) -> list[NewEvent]:
+        return approval_events(
+            loaded, call_id=body.call_id, decision=body.decision, reason=body.reason
+        )
+
+    return await _answer(
+        request,
         runs,
         runtime,
         settings,
-        tenant.tenant_id,
+        tenant,
         session_id,
-        result.session.last_seq,
-        body.continue_run,
-        body.mode,
+        idempotency_key,
+        make_events,
+        continue_run=body.continue_run,
+        mode=body.mode,
     )
 
 
@@ -401,7 +467,7 @@ async def create_oneshot_run(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    async def produce() -> Response:
+    async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,
             session_id=None,
@@ -410,7 +476,8 @@ async def create_oneshot_run(
             binding={},
         )
         session_id = loaded.session.session_id
-        run = await runs.start(tenant.tenant_id, session_id, _request_of(body))
+        # The key guards the run's start; a crash before it leaves an empty one-shot session.
+        run = await runs.start(tenant.tenant_id, session_id, _request_of(body), idempotency=token)
         if body.mode != "wait" or body.keep:
             return await respond(runs, runtime, settings, tenant.tenant_id, run, body.mode)
         done = await runs.wait(
@@ -420,6 +487,8 @@ async def create_oneshot_run(
         await runtime.delete(tenant.tenant_id, session_id)
         return JSONResponse(view)
 
-    if body.mode == "stream":
-        return await produce()
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    async def replay(result: dict[str, Any]) -> Response:
+        # A discarded one-shot session took its run along: only a stored answer replays it.
+        return await respond_recorded(runs, runtime, settings, tenant.tenant_id, result, body.mode)
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)

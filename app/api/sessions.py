@@ -40,6 +40,8 @@ from app.api.schemas import (
     StateRead,
 )
 from app.runtime.errors import InvalidRequest, VersionConflict
+from app.runtime.ports import IdempotencyToken
+from app.runtime.service import Loaded
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -84,7 +86,7 @@ async def create_session(
     # A named agent is copied into the session: later edits of the file leave it alone.
     agent = blueprints.spec(body.agent_name) if body.agent_name is not None else body.agent
 
-    async def produce() -> Response:
+    async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,
             session_id=body.session_id,
@@ -92,10 +94,18 @@ async def create_session(
             agent=agent.model_dump(),
             binding=body.binding,
             max_items=body.max_items,
+            idempotency=token,
         )
-        return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
+        return _display_created(loaded)
 
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    async def replay(result: dict) -> Response:
+        return _display_created(await runtime.as_committed(tenant.tenant_id, result))
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
+
+
+def _display_created(loaded: Loaded) -> Response:
+    return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
@@ -160,13 +170,28 @@ async def get_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -
     responses=problem_responses(401, 404, 413, 422),
 )
 async def patch_session(
-    session_id: str, body: SessionPatch, tenant: TenantDep, runtime: RuntimeDep
-) -> dict:
-    if body.metadata is not None:
-        await runtime.update_metadata(tenant.tenant_id, session_id, body.metadata)
-    if body.max_items is not None or body.clear_window:
-        await runtime.change_window(tenant.tenant_id, session_id, body.max_items)
-    return views.session_display(await runtime.load(tenant.tenant_id, session_id))
+    session_id: str,
+    body: SessionPatch,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    window = (body.max_items,) if body.max_items is not None or body.clear_window else None
+    if body.metadata is None and window is None:
+        return JSONResponse(views.session_display(await runtime.load(tenant.tenant_id, session_id)))
+
+    async def produce(token: IdempotencyToken | None) -> Response:
+        await runtime.patch(
+            tenant.tenant_id, session_id, metadata=body.metadata, window=window, idempotency=token
+        )
+        return JSONResponse(views.session_display(await runtime.load(tenant.tenant_id, session_id)))
+
+    async def replay(result: dict) -> Response:
+        loaded = await runtime.as_committed(tenant.tenant_id, result)
+        return JSONResponse(views.session_display(loaded))
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.delete(
@@ -201,16 +226,21 @@ async def append_items(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    async def produce() -> Response:
+    async def produce(token: IdempotencyToken | None) -> Response:
         result = await runtime.append_items(
             tenant.tenant_id,
             session_id,
             [i.model_dump(mode="json", exclude_none=True) for i in body.items],
             expected_seq=body.expected_seq,
+            idempotency=token,
         )
         return JSONResponse(views.append_result(result), status_code=201)
 
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    async def replay(result: dict) -> Response:
+        committed = await runtime.committed_events(tenant.tenant_id, result)
+        return JSONResponse(views.append_result(committed), status_code=201)
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.get(
@@ -233,15 +263,34 @@ async def get_state(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> 
     responses=problem_responses(401, 404, 409, 412, 422),
 )
 async def save_session(
-    session_id: str, tenant: TenantDep, runtime: RuntimeDep, if_match: IfMatch = None
+    session_id: str,
+    request: Request,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    if_match: IfMatch = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    loaded = await runtime.save(tenant.tenant_id, session_id, if_match=_if_match(if_match))
-    body = {
-        "session_id": session_id,
-        "snapshot_seq": loaded.session.last_seq,
-        "version": loaded.session.version,
-    }
-    return JSONResponse(body, headers={"ETag": _etag(loaded.session.version)})
+    async def produce(token: IdempotencyToken | None) -> Response:
+        loaded = await runtime.save(
+            tenant.tenant_id, session_id, if_match=_if_match(if_match), idempotency=token
+        )
+        return _saved(session_id, loaded.session.last_seq, loaded.session.version)
+
+    async def replay(result: dict) -> Response:
+        return _saved(session_id, result["last_seq"], result["version"])
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
+
+
+def _saved(session_id: str, snapshot_seq: int, version: int) -> Response:
+    body = {"session_id": session_id, "snapshot_seq": snapshot_seq, "version": version}
+    return JSONResponse(body, headers={"ETag": _etag(version)})
+
+
+def _recovery(loaded: Loaded) -> Response:
+    return JSONResponse(
+        views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
+    )
 
 
 @router.post(
@@ -252,15 +301,23 @@ async def save_session(
 )
 async def resume_session(
     session_id: str,
+    request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
     body: ResumeRequest | None = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     binding = body.binding if body is not None else None
-    loaded = await runtime.resume(tenant.tenant_id, session_id, binding=binding)
-    return JSONResponse(
-        views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
-    )
+
+    async def produce(token: IdempotencyToken | None) -> Response:
+        return _recovery(
+            await runtime.resume(tenant.tenant_id, session_id, binding=binding, idempotency=token)
+        )
+
+    async def replay(result: dict) -> Response:
+        return _recovery(await runtime.as_committed(tenant.tenant_id, result))
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.post(
@@ -280,7 +337,7 @@ async def fork_session(
 ) -> Response:
     fork = body or ForkRequest()
 
-    async def produce() -> Response:
+    async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.fork(
             tenant.tenant_id,
             session_id,
@@ -289,10 +346,14 @@ async def fork_session(
             metadata=fork.metadata,
             binding=fork.binding,
             rebind=fork.rebind,
+            idempotency=token,
         )
-        return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
+        return _display_created(loaded)
 
-    return await idempotent(request, runtime, tenant, idempotency_key, produce)
+    async def replay(result: dict) -> Response:
+        return _display_created(await runtime.as_committed(tenant.tenant_id, result))
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.post(
@@ -304,16 +365,26 @@ async def fork_session(
 async def restore_session(
     session_id: str,
     body: RestoreRequest,
+    request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
     if_match: IfMatch = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    loaded = await runtime.restore(
-        tenant.tenant_id, session_id, body.state, if_match=_if_match(if_match)
-    )
-    return JSONResponse(
-        views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
-    )
+    async def produce(token: IdempotencyToken | None) -> Response:
+        loaded = await runtime.restore(
+            tenant.tenant_id,
+            session_id,
+            body.state,
+            if_match=_if_match(if_match),
+            idempotency=token,
+        )
+        return _recovery(loaded)
+
+    async def replay(result: dict) -> Response:
+        return _recovery(await runtime.as_committed(tenant.tenant_id, result))
+
+    return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
 
 @router.get(

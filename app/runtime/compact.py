@@ -15,7 +15,8 @@ from app.runtime.compaction import (
     plan_auto_compaction,
 )
 from app.runtime.errors import SeqConflict
-from app.runtime.events import EventType, NewEvent
+from app.runtime.events import Event, EventType, NewEvent
+from app.runtime.ports import IdempotencyToken
 from app.runtime.service import Loaded, SessionRuntime
 
 _RETRIES = 8
@@ -60,8 +61,12 @@ async def compact_session(
     strategy: str | None = None,
     overrides: dict[str, Any] | None = None,
     reset_breaker: bool = False,
+    idempotency: IdempotencyToken | None = None,
 ) -> tuple[Loaded, dict[str, Any] | None]:
     """Compact now (and/or reset the breaker). Returns the new state and the compact result.
+
+    A failed summary is recorded but not under the Idempotency-Key: memory did not change,
+    so a retry with the key tries again.
 
     Raises:
         CompactionFailed: the summary failed (the failure is recorded and counts toward the
@@ -90,7 +95,11 @@ async def compact_session(
                 )
         try:
             await runtime.store.append_events(
-                tenant_id, session_id, events=events, expected_seq=loaded.session.last_seq
+                tenant_id,
+                session_id,
+                events=events,
+                expected_seq=loaded.session.last_seq,
+                idempotency=idempotency if failed is None else None,
             )
         except SeqConflict:
             continue
@@ -98,3 +107,12 @@ async def compact_session(
             raise failed
         return await runtime.load(tenant_id, session_id), result
     raise SeqConflict(-1, -1)
+
+
+def compact_result_of(events: list[Event]) -> dict[str, Any] | None:
+    """The compact result a `compact_session` write recorded (None: it only reset the
+    breaker), read back from its events."""
+    for event in events:
+        if event.payload.get("kind") == "compact":
+            return event.payload.get("result")
+    return None

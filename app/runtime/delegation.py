@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from app.runtime.agent import AgentSpec
 from app.runtime.errors import AgentSessionError, DelegationTooDeep, InvalidRequest
-from app.runtime.ports import RunRecord, SessionRecord
+from app.runtime.ports import IdempotencyToken, RunRecord, SessionRecord
 from app.runtime.runs import RunManager, RunRequest
 from app.runtime.service import SessionRuntime
 from app.runtime.tools import Tool, ToolContext, ToolError
@@ -83,8 +83,12 @@ class Delegator:
         request: DelegationRequest,
         *,
         call_id: str | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> Delegated:
         """Create the child session, run it (mode wait), and return it with its run.
+
+        `idempotency` guards the child's run start (a crash before it leaves an empty
+        child); `finish` answers a replay of it.
 
         Raises:
             SessionNotFound, DelegationTooDeep, InvalidRequest (a bad agent spec).
@@ -106,7 +110,15 @@ class Delegator:
             parent=caller,
         )
         child_id = child.session.session_id
-        run = await self.runs.start(tenant_id, child_id, RunRequest(input=request.input))
+        run = await self.runs.start(
+            tenant_id, child_id, RunRequest(input=request.input), idempotency=idempotency
+        )
+        return await self.finish(run)
+
+    async def finish(self, run: RunRecord) -> Delegated:
+        """Wait for a child's run (cancelling it past the wait), and return it with its
+        session."""
+        tenant_id, child_id = run.tenant_id, run.session_id
         try:
             done = await self.runs.wait(tenant_id, run.run_id, within_seconds=self.wait_seconds)
         except asyncio.CancelledError:

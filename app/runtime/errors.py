@@ -17,7 +17,7 @@ knows about HTTP.
     │   ├── BindingMismatch
     │   ├── RunAlreadyActive / RunNotActive / RunFenced / NothingPending
     │   ├── ProcessNotRunning        (stdin to a process that has ended)
-    │   └── IdempotencyInFlight
+    │   └── IdempotentReplay
     ├── InvalidRequest
     │   ├── InvalidForkPoint
     │   ├── InvalidItems
@@ -187,11 +187,16 @@ class ProcessNotRunning(Conflict):
         super().__init__(f"process {process_id!r} is {status}, not running", process_status=status)
 
 
-class IdempotencyInFlight(Conflict):
-    code = "idempotency_in_flight"
+class IdempotentReplay(Conflict):
+    """A write found its Idempotency-Key already recorded by a committed duplicate: the
+    write rolled back, and the caller answers with the duplicate's outcome instead. The API
+    catches it; if it ever reached a client it would be a 409, never a 500."""
 
-    def __init__(self) -> None:
-        super().__init__("a request with this Idempotency-Key is still being processed")
+    code = "idempotency_replay"
+
+    def __init__(self, key: str) -> None:
+        super().__init__("a request with this Idempotency-Key has already been applied")
+        self.key = key
 
 
 class InvalidRequest(AgentSessionError):

@@ -167,10 +167,31 @@ class NewSession:
 
 
 @dataclass(frozen=True, slots=True)
-class IdempotencyClaim:
-    """Outcome of claiming an Idempotency-Key: either ours to run, or a stored response."""
+class IdempotencyToken:
+    """An Idempotency-Key that a write records in its own transaction (exactly once).
 
-    claimed: bool
+    The store inserts the key row, with what the write committed (`IdempotencyRecord.result`),
+    in the same transaction as the work: after any fault either both are committed or
+    neither is. A key row already there (a committed duplicate) makes the write roll back
+    with `IdempotentReplay`.
+    """
+
+    key: str
+    request_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """A recorded Idempotency-Key.
+
+    `result` is what the guarded write committed: `session_id`, `first_seq`, `last_seq`,
+    `version`, and `run_id` for a run start; enough to answer the request again. The
+    rendered answer (`status_code`, `response`, `headers`) is stored beside it once known,
+    and from then on replayed byte for byte.
+    """
+
+    request_hash: str
+    result: dict[str, Any]
     status_code: int | None = None
     response: bytes | None = None
     headers: dict[str, str] | None = None
@@ -186,6 +207,7 @@ class SessionStore(Protocol):
         session: NewSession,
         events: list[NewEvent],
         snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult: ...
 
     async def fork_session(
@@ -197,6 +219,7 @@ class SessionStore(Protocol):
         session: NewSession,
         events: list[NewEvent],
         snapshot_state: dict[str, Any],
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult: ...
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
@@ -229,6 +252,7 @@ class SessionStore(Protocol):
         expected_version: int | None = None,
         metadata_patch: dict[str, Any] | None = None,
         snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult: ...
 
     async def list_events(
@@ -260,21 +284,17 @@ class SessionStore(Protocol):
         self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]
     ) -> bool: ...
 
-    async def claim_idempotency_key(
-        self, tenant_id: str, key: str, *, request_hash: str
-    ) -> IdempotencyClaim: ...
+    async def get_idempotency_key(self, tenant_id: str, key: str) -> IdempotencyRecord | None: ...
 
-    async def complete_idempotency_key(
+    async def store_idempotent_response(
         self,
         tenant_id: str,
-        key: str,
+        token: IdempotencyToken,
         *,
         status_code: int,
         response: bytes,
         headers: dict[str, str],
     ) -> None: ...
-
-    async def release_idempotency_key(self, tenant_id: str, key: str) -> None: ...
 
 
 class LiveFrames(Protocol):

@@ -38,6 +38,7 @@ from app.runtime.errors import (
     TooManyProcesses,
 )
 from app.runtime.events import EventType, NewEvent
+from app.runtime.ports import IdempotencyToken
 from app.runtime.service import SessionRuntime
 from app.runtime.workspace import (
     ProcessPolicy,
@@ -103,8 +104,11 @@ class ProcessManager:
         run_id: str | None = None,
         timeout_seconds: float | None = None,
         stdin: str | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> dict[str, Any]:
-        """Start `command` in the session's workspace and record PROCESS_STARTED.
+        """Start `command` in the session's workspace and record PROCESS_STARTED (with
+        `idempotency`: a duplicate that recorded first makes this process be killed unrecorded
+        and `IdempotentReplay` raised).
 
         Raises:
             SessionNotFound, CommandNotAllowed, WorkspaceOutsideRoot,
@@ -151,7 +155,7 @@ class ProcessManager:
         process.watcher = asyncio.create_task(self._watch(process), name=process.process_id)
         # Shielded: a caller interrupted now (its run cancelled) must not leave a process
         # that runs without its PROCESS_STARTED, nor a recorded one that nobody watches.
-        recording = asyncio.ensure_future(self._record_start(process))
+        recording = asyncio.ensure_future(self._record_start(process, idempotency))
         try:
             await asyncio.shield(recording)
         except asyncio.CancelledError:
@@ -179,7 +183,9 @@ class ProcessManager:
             self.policy.max_live_per_tenant, retry_after=max(1, min(60, int(soonest) + 1))
         )
 
-    async def _record_start(self, process: _Process) -> None:
+    async def _record_start(
+        self, process: _Process, idempotency: IdempotencyToken | None = None
+    ) -> None:
         assert process.proc is not None
         payload = {
             "process_id": process.process_id,
@@ -190,7 +196,9 @@ class ProcessManager:
             "started_at": process.started_at.isoformat(),
         }
         event = NewEvent(EventType.PROCESS_STARTED, payload, process.run_id)
-        await self.runtime.append(process.tenant_id, process.session_id, [event])
+        await self.runtime.append(
+            process.tenant_id, process.session_id, [event], idempotency=idempotency
+        )
 
     # ------------------------------------------------------------------ watching
 

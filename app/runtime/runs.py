@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -33,6 +33,7 @@ from app.runtime.errors import (
     RunAlreadyActive,
     RunFenced,
     RunNotFound,
+    SeqConflict,
     StaleSession,
     ToolCallsPending,
     TooManyRequests,
@@ -41,7 +42,13 @@ from app.runtime.events import EventType, NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.models.base import ModelClient, ModelError, ToolSpec
 from app.runtime.observer import Observer
-from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
+from app.runtime.ports import (
+    AppendResult,
+    IdempotencyToken,
+    RunFinish,
+    RunRecord,
+    SessionRecord,
+)
 from app.runtime.projector import fold
 from app.runtime.redaction import Redactor
 from app.runtime.service import Loaded, SessionRuntime
@@ -51,6 +58,16 @@ from app.tracing import span
 
 log = logging.getLogger("app.runs")
 T = TypeVar("T")
+
+# A run in one of these has not ended yet.
+LIVE_STATUSES = ("queued", "running")
+# How often a wait for a run of another process looks at its row.
+_WAIT_POLL_SECONDS = 0.2
+
+# Events decided on a session as read (`Loaded`), to be written only if it is still that.
+Prefix = Callable[["Loaded"], list[NewEvent]]
+# Fresh reads a start with a prefix tries before it gives up on a busy session (409).
+_FRESH_TRIES = 3
 
 INTERRUPTED_OUTPUT = "error: interrupted — the run stopped before this tool call finished"
 
@@ -151,12 +168,20 @@ class RunManager:
         session_id: str,
         request: RunRequest,
         *,
-        idempotency_key: str | None = None,
+        idempotency: IdempotencyToken | None = None,
+        prefix: Prefix | None = None,
     ) -> RunRecord:
         """Create the run and start it in the background; returns its first record.
 
+        `idempotency` is recorded in the start's transaction. `prefix(loaded)` gives events
+        to write before the run's own, in the same transaction, decided on the session as
+        `loaded` has it (answers to pending tool calls that the run then continues from): the
+        start is then conditional on the session still being that version.
+
         Raises:
-            SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending.
+            SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending,
+            NothingPending (from `prefix`), IdempotentReplay, SeqConflict (`prefix` and the
+            session kept changing).
         """
         self._check_rate(tenant_id)
         # The cached view of the session, when this process has one, spares a read: the
@@ -167,15 +192,27 @@ class RunManager:
         if loaded is not None and request.multitask == "reject":
             try:
                 created = await self._create(
-                    tenant_id, session_id, request, loaded, idempotency_key, expected=True
+                    tenant_id, session_id, request, loaded, idempotency, prefix, expected=True
                 )
-            except (StaleSession, ToolCallsPending):
+            except (StaleSession, ToolCallsPending, NothingPending):
                 pass  # the cached view may be behind: decide on a fresh read
-        if created is None:
+        for _ in range(_FRESH_TRIES if created is None else 0):
             loaded = await self.runtime.load(tenant_id, session_id)
-            created = await self._create(
-                tenant_id, session_id, request, loaded, idempotency_key, expected=False
-            )
+            try:
+                created = await self._create(
+                    tenant_id,
+                    session_id,
+                    request,
+                    loaded,
+                    idempotency,
+                    prefix,
+                    expected=prefix is not None,
+                )
+                break
+            except StaleSession:
+                continue  # written to since our read (only with a prefix): read again
+        if created is None:
+            raise SeqConflict(-1, -1)
         record, started, options, start_events = created
         queued = started is None
         self._recent[tenant_id].append(time.monotonic())
@@ -199,7 +236,8 @@ class RunManager:
         session_id: str,
         request: RunRequest,
         loaded: Loaded,
-        idempotency_key: str | None,
+        idempotency: IdempotencyToken | None,
+        prefix: Prefix | None,
         *,
         expected: bool,
     ) -> tuple[RunRecord, AppendResult | None, RunOptions, list[NewEvent]]:
@@ -218,6 +256,8 @@ class RunManager:
             await self.cancel(tenant_id, session_id, loaded.session.active_run_id)
         run_id = f"run_{uuid.uuid4().hex}"
         start_events = self._start_events(run_id, request, options)
+        if prefix is not None:
+            start_events = prefix(loaded) + start_events
         queued = request.multitask == "enqueue"
         record, started = await self.store.create_run(
             tenant_id,
@@ -226,7 +266,7 @@ class RunManager:
             options=_options_json(request),
             owner=self.owner,
             lease_until=self._lease_until(),
-            idempotency_key=idempotency_key,
+            idempotency=idempotency,
             run_id=run_id,
             start_events=None if queued else start_events,
             max_live_runs=self.max_live_runs,
@@ -518,7 +558,11 @@ class RunManager:
     async def wait(
         self, tenant_id: str, run_id: str, within_seconds: float | None = None
     ) -> RunRecord:
-        """Wait for a run of this process to end, then return its stored record."""
+        """Wait for a run to end (at most `within_seconds`), then return its stored record.
+
+        A run of this process is awaited directly; a run of another process (a replayed
+        request that landed elsewhere) by looking at its row every few hundred milliseconds.
+        """
         live = self._live.get(run_id)
         if live is not None:
             with contextlib.suppress(TimeoutError):
@@ -526,10 +570,17 @@ class RunManager:
             ended = live.ended
             if live.done.is_set() and ended is not None and ended.tenant_id == tenant_id:
                 return ended  # an ended run's row no longer changes: no need to re-read it
-        run = await self.store.get_run(tenant_id, run_id)
-        if run is None:
-            raise RunNotFound(run_id)
-        return run
+        deadline = time.monotonic() + (within_seconds or 0)
+        while True:
+            run = await self.store.get_run(tenant_id, run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.status not in LIVE_STATUSES or live is not None:
+                return run
+            left = deadline - time.monotonic()
+            if left <= 0 or self.shutdown_event.is_set():
+                return run
+            await asyncio.sleep(min(_WAIT_POLL_SECONDS, left))
 
     def listen(self, run_id: str) -> asyncio.Queue[tuple[str, Any]] | None:
         """A queue of ("event", Event) / ("delta", frame) / ("end", None) for a local run."""
@@ -740,21 +791,16 @@ def _options_json(request: RunRequest) -> dict[str, Any]:
     }
 
 
-async def answer_tool_calls(
-    runtime: SessionRuntime,
-    tenant_id: str,
-    session_id: str,
-    outputs: list[dict[str, str]],
-    *,
-    replace: bool,
-) -> AppendResult:
-    """Answer pending client tool calls (TOOL_RESULT), or replace earlier outputs.
+def answer_events(
+    loaded: Loaded, outputs: list[dict[str, str]], *, replace: bool
+) -> list[NewEvent]:
+    """The events that answer pending client tool calls (TOOL_RESULT), or replace earlier
+    outputs (TOOL_OUTPUT_REPLACED), checked against the session as `loaded` has it.
 
     Raises:
         RunAlreadyActive: a run is active on the session.
         NothingPending: a call id is not pending (or, with replace, has no output).
     """
-    loaded = await runtime.load(tenant_id, session_id)
     if loaded.session.active_run_id:
         raise RunAlreadyActive(loaded.session.active_run_id)
     answered = {i["call_id"] for i in loaded.state.items if i.get("type") == "function_call_output"}
@@ -775,31 +821,42 @@ async def answer_tool_calls(
         events.append(
             NewEvent(EventType.TOOL_RESULT, {"item": item, "call_id": call_id, "is_error": False})
         )
-    return await runtime.store.append_events(
-        tenant_id, session_id, events=events, expected_seq=loaded.session.last_seq
-    )
+    return events
 
 
-async def decide_approval(
-    runtime: SessionRuntime,
-    tenant_id: str,
-    session_id: str,
-    *,
-    call_id: str,
-    decision: str,
-    reason: str | None,
-) -> AppendResult:
-    """Record APPROVAL_DECIDED for a pending approval; the next run acts on it."""
-    loaded = await runtime.load(tenant_id, session_id)
+def approval_events(
+    loaded: Loaded, *, call_id: str, decision: str, reason: str | None
+) -> list[NewEvent]:
+    """APPROVAL_DECIDED for a pending approval, checked against the session as `loaded` has
+    it; the next run acts on it.
+
+    Raises:
+        RunAlreadyActive, NothingPending.
+    """
     if loaded.session.active_run_id:
         raise RunAlreadyActive(loaded.session.active_run_id)
     call = loaded.state.pending.get(call_id)
     if call is None or call.get("kind") != "approval" or call.get("decision") is not None:
         raise NothingPending(f"call {call_id!r} is not waiting for an approval")
     payload = {"call_id": call_id, "decision": decision, "reason": reason, "name": call.get("name")}
+    return [NewEvent(EventType.APPROVAL_DECIDED, payload)]
+
+
+async def append_checked(
+    runtime: SessionRuntime,
+    tenant_id: str,
+    session_id: str,
+    make_events: Prefix,
+    *,
+    idempotency: IdempotencyToken | None = None,
+) -> AppendResult:
+    """Append the events `make_events` decides on the session as just read, only if the
+    session is still at that seq (409 otherwise)."""
+    loaded = await runtime.load(tenant_id, session_id)
     return await runtime.store.append_events(
         tenant_id,
         session_id,
-        events=[NewEvent(EventType.APPROVAL_DECIDED, payload)],
+        events=make_events(loaded),
         expected_seq=loaded.session.last_seq,
+        idempotency=idempotency,
     )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from app.runtime.errors import (
     BindingMismatch,
+    IdempotencyKeyReused,
     InvalidForkPoint,
     InvalidItems,
     InvalidRequest,
@@ -30,7 +31,8 @@ from app.runtime.metadata import check_metadata_size
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
-    IdempotencyClaim,
+    IdempotencyRecord,
+    IdempotencyToken,
     LiveFrames,
     NewSession,
     NoLiveFrames,
@@ -209,6 +211,7 @@ class SessionRuntime:
         binding: dict[str, Any],
         max_items: int | None = None,
         parent: SessionRecord | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
         """A new session; with `parent`, a child in the parent's tree (delegation).
 
@@ -237,7 +240,9 @@ class SessionRuntime:
         events = [NewEvent(EventType.SESSION_CREATED, payload)]
         if max_items is not None:
             events.append(NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items}))
-        result = await self.store.create_session(tenant_id, session=new, events=events)
+        result = await self.store.create_session(
+            tenant_id, session=new, events=events, idempotency=idempotency
+        )
         return self._after_write(result, fold(None, result.events))
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
@@ -245,21 +250,45 @@ class SessionRuntime:
             raise SessionNotFound(session_id)
         self._cache.pop((tenant_id, session_id), None)
 
-    async def update_metadata(
-        self, tenant_id: str, session_id: str, patch: dict[str, Any]
-    ) -> SessionRecord:
-        check_metadata_size(patch, limit=self.limits.max_metadata_bytes)
-        result = await self.store.append_events(
+    async def patch(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        window: tuple[int | None] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        """Merge a metadata patch (METADATA_UPDATED) and/or set the memory window
+        (`window=(max_items,)`, None inside to remove it: WINDOW_CHANGED), in one write."""
+        events: list[NewEvent] = []
+        if metadata is not None:
+            check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
+            events.append(NewEvent(EventType.METADATA_UPDATED, {"patch": metadata}))
+        if window is not None:
+            events.append(NewEvent(EventType.WINDOW_CHANGED, {"max_items": window[0]}))
+        if not events:
+            raise InvalidRequest("nothing to change: give metadata, max_items or clear_window")
+        return await self.store.append_events(
             tenant_id,
             session_id,
-            events=[NewEvent(EventType.METADATA_UPDATED, {"patch": patch})],
-            metadata_patch=patch,
+            events=events,
+            metadata_patch=metadata,
+            idempotency=idempotency,
         )
-        return result.session
 
-    async def append(self, tenant_id: str, session_id: str, events: list[NewEvent]) -> AppendResult:
+    async def append(
+        self,
+        tenant_id: str,
+        session_id: str,
+        events: list[NewEvent],
+        *,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
         """Append events that change no memory (process lifecycle): no precondition needed."""
-        return await self.store.append_events(tenant_id, session_id, events=events)
+        return await self.store.append_events(
+            tenant_id, session_id, events=events, idempotency=idempotency
+        )
 
     async def change_window(
         self, tenant_id: str, session_id: str, max_items: int | None
@@ -278,6 +307,7 @@ class SessionRuntime:
         items: list[Any],
         *,
         expected_seq: int | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
         """Add memory items without running a model (one MEMORY_ITEMS_APPENDED event)."""
         if not items:
@@ -290,9 +320,17 @@ class SessionRuntime:
             session_id,
             events=[NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": clean})],
             expected_seq=expected_seq,
+            idempotency=idempotency,
         )
 
-    async def save(self, tenant_id: str, session_id: str, *, if_match: int | None = None) -> Loaded:
+    async def save(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        if_match: int | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> Loaded:
         """Write a `save` snapshot row and SESSION_SAVED (412 semantics via `if_match`)."""
 
         def events(loaded: Loaded) -> list[NewEvent]:
@@ -301,7 +339,7 @@ class SessionRuntime:
             ]
 
         return await self._append_with_snapshot(
-            tenant_id, session_id, "save", events, if_match=if_match
+            tenant_id, session_id, "save", events, if_match=if_match, idempotency=idempotency
         )
 
     async def restore(
@@ -311,6 +349,7 @@ class SessionRuntime:
         recovery: dict[str, Any],
         *,
         if_match: int | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
         """Install a recovery object (from GET state) as the memory baseline."""
         clean = validate_recovery_object(recovery, max_inline_bytes=self.limits.max_inline_bytes)
@@ -319,11 +358,16 @@ class SessionRuntime:
             return [NewEvent(EventType.SESSION_RESTORED, {"state": clean})]
 
         return await self._append_with_snapshot(
-            tenant_id, session_id, "restore", events, if_match=if_match
+            tenant_id, session_id, "restore", events, if_match=if_match, idempotency=idempotency
         )
 
     async def resume(
-        self, tenant_id: str, session_id: str, *, binding: dict[str, Any] | None = None
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        binding: dict[str, Any] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
         """Load snapshot + tail, check the binding, and record SESSION_RESUMED."""
         for _ in range(_RETRIES):
@@ -339,6 +383,7 @@ class SessionRuntime:
                     session_id,
                     events=[NewEvent(EventType.SESSION_RESUMED, payload)],
                     expected_seq=loaded.session.last_seq,
+                    idempotency=idempotency,
                 )
             except SeqConflict:
                 continue
@@ -355,6 +400,7 @@ class SessionRuntime:
         metadata: dict[str, Any] | None = None,
         binding: dict[str, Any] | None = None,
         rebind: bool = False,
+        idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
         """A new session whose state is the source's fold at `at_seq`; the source is untouched.
 
@@ -404,31 +450,62 @@ class SessionRuntime:
             ),
             events=[forked],
             snapshot_state=child_state.to_json(),
+            idempotency=idempotency,
         )
         return self._after_write(result, fold(base, result.events))
 
     # -------------------------------------------------------------- idempotency
 
-    async def claim_idempotency(
-        self, tenant_id: str, key: str, *, request_hash: str
-    ) -> IdempotencyClaim:
-        return await self.store.claim_idempotency_key(tenant_id, key, request_hash=request_hash)
+    async def find_idempotent(
+        self, tenant_id: str, token: IdempotencyToken
+    ) -> IdempotencyRecord | None:
+        """The committed outcome of an earlier request with this key (None: there is none).
 
-    async def complete_idempotency(
+        Raises:
+            IdempotencyKeyReused: the key was used with a different request.
+        """
+        found = await self.store.get_idempotency_key(tenant_id, token.key)
+        if found is not None and found.request_hash != token.request_hash:
+            raise IdempotencyKeyReused()
+        return found
+
+    async def keep_idempotent_response(
         self,
         tenant_id: str,
-        key: str,
+        token: IdempotencyToken,
         *,
         status_code: int,
         response: bytes,
         headers: dict[str, str],
     ) -> None:
-        await self.store.complete_idempotency_key(
-            tenant_id, key, status_code=status_code, response=response, headers=headers
+        await self.store.store_idempotent_response(
+            tenant_id, token, status_code=status_code, response=response, headers=headers
         )
 
-    async def release_idempotency(self, tenant_id: str, key: str) -> None:
-        await self.store.release_idempotency_key(tenant_id, key)
+    async def as_committed(self, tenant_id: str, result: dict[str, Any]) -> Loaded:
+        """The session as a recorded write left it: its row with that write's last seq and
+        version, and the fold of its ledger up to that seq (for answering a replay whose
+        rendered response was never stored).
+
+        Raises:
+            SessionNotFound: the session was deleted since.
+        """
+        session_id = result["session_id"]
+        record = await self.get(tenant_id, session_id)
+        state = await self.state_at(tenant_id, session_id, result["last_seq"])
+        committed = replace(record, last_seq=result["last_seq"], version=result["version"])
+        return Loaded(session=committed, state=state)
+
+    async def committed_events(self, tenant_id: str, result: dict[str, Any]) -> AppendResult:
+        """A recorded write's AppendResult, read back from the ledger (events are immutable)."""
+        loaded = await self.as_committed(tenant_id, result)
+        events = await self.store.list_events(
+            tenant_id,
+            result["session_id"],
+            after_seq=result["first_seq"] - 1,
+            until_seq=result["last_seq"],
+        )
+        return AppendResult(session=loaded.session, events=events)
 
     # ----------------------------------------------------------------- plumbing
 
@@ -440,6 +517,7 @@ class SessionRuntime:
         make_events: Any,
         *,
         if_match: int | None,
+        idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
         """Append events and a snapshot of the resulting fold, in one transaction.
 
@@ -460,6 +538,7 @@ class SessionRuntime:
                     expected_seq=loaded.session.last_seq,
                     expected_version=if_match,
                     snapshot=(kind, after.to_json()),
+                    idempotency=idempotency,
                 )
             except SeqConflict:
                 if if_match is not None:

@@ -11,7 +11,9 @@ caller returns only once its append is committed.
 
 If a batch call fails for any reason but an item's own refusal (which the function reports
 per item), its items are retried one by one with `asr_append_events`, so one item's failure
-is never another's.
+is never another's. That retry is safe even when the batch did commit and only its reply was
+lost: each item's event ids are its write token, and an append whose first event id is
+already in the ledger answers with what it wrote instead of writing again.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.pgfunctions import call
+from app.store.pgfunctions import APPEND_BATCH, APPEND_EVENTS, call
 
-SINGLE = "SELECT * FROM asr_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-BATCH = "SELECT * FROM asr_append_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+# An item's arguments, in the order of asr_append_events' parameters: five per append, five
+# event arrays, then the Idempotency-Key's three.
+_EVENT_ARRAYS = range(5, 10)
+_PER_ITEM = (0, 1, 2, 3, 4)
+_KEY_ARGS = (10, 11, 12)
 
 
 class AppendGroups:
@@ -99,7 +104,7 @@ class AppendGroups:
                 future.set_result(row)
 
     async def _single(self, args: tuple[Any, ...]) -> Any:
-        return await call(self.engine, SINGLE, args, in_transaction=self.in_transaction)
+        return await call(self.engine, APPEND_EVENTS, args, in_transaction=self.in_transaction)
 
     async def _batch(self, items: list[tuple[Any, ...]]) -> dict[int, Any]:
         """One `asr_append_batch` call; rows by item (1-based), absent for a missing session."""
@@ -107,16 +112,13 @@ class AppendGroups:
         offsets = list(itertools.accumulate([0, *counts[:-1]]))
         columns = list(zip(*items, strict=True))
         args = (
-            list(columns[0]),  # tenants
-            list(columns[1]),  # sessions
-            list(columns[2]),  # expected seqs
-            list(columns[3]),  # expected versions
-            list(columns[4]),  # nows
+            *(list(columns[k]) for k in _PER_ITEM),  # tenants, sessions, seqs, versions, nows
             offsets,
             counts,
-            *(list(itertools.chain.from_iterable(columns[k])) for k in range(5, 10)),
+            *(list(itertools.chain.from_iterable(columns[k])) for k in _EVENT_ARRAYS),
+            *(list(columns[k]) for k in _KEY_ARGS),
         )
         rows = await call(
-            self.engine, BATCH, args, in_transaction=self.in_transaction, all_rows=True
+            self.engine, APPEND_BATCH, args, in_transaction=self.in_transaction, all_rows=True
         )
         return {row["idx"]: row for row in rows}

@@ -1,112 +1,156 @@
-"""Idempotency keys: claim before the work, store the response after it.
+"""Idempotency keys: recorded in the transaction of the work they guard.
 
-The claim is its own transaction, so a concurrent duplicate sees the `in_flight` row and is
-refused instead of running the work twice. A claim whose worker died is taken over once its
-`locked_until` has passed; a finished one replays its stored response until `expires_at`.
+A key row is inserted by the guarded write itself (`seal`), at the end of its transaction,
+with `result`: what the write committed. So after any fault (a crash, a lost commit reply, a
+failed write of the response) either the work and its key are both committed, and a retry
+finds the key and replays, or neither is, and a retry does the work. There is no claim that
+could outlive its worker. A duplicate racing a first attempt queues on the key's unique
+index (PostgreSQL) or behind the single writer (SQLite); when the first commits, the
+duplicate's insert finds the key, raises `IdempotentReplay`, and its transaction rolls back.
+
+The rendered response is stored beside the key afterwards (`store_idempotent_response`), so
+later replays return it byte for byte; until then a replay renders it again from `result`.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import IdempotencyInFlight, IdempotencyKeyReused
-from app.runtime.ports import IdempotencyClaim
-from app.store.base import ALL_TENANTS, StoreBase, as_utc, utcnow
+from app.runtime.errors import IdempotentReplay
+from app.runtime.ports import AppendResult, IdempotencyRecord, IdempotencyToken
+from app.store.base import ALL_TENANTS, StoreBase, utcnow
 from app.store.tables import idempotency_keys
 
-_IN_FLIGHT = "in_flight"
-_DONE = "done"
+
+def committed_result(result: AppendResult, run_id: str | None = None) -> dict[str, Any]:
+    """What a guarded write committed, as its key row keeps it (the stored functions build
+    the same object in SQL)."""
+    session = result.session
+    n = len(result.events)
+    out: dict[str, Any] = {
+        "session_id": session.session_id,
+        "first_seq": session.last_seq - n + 1,
+        "last_seq": session.last_seq,
+        "version": session.version,
+    }
+    if run_id is not None:
+        out["run_id"] = run_id
+    return out
 
 
 class IdempotencyStore(StoreBase):
     idempotency_ttl = timedelta(hours=24)
-    idempotency_lock = timedelta(seconds=60)
 
-    async def claim_idempotency_key(
-        self, tenant_id: str, key: str, *, request_hash: str
-    ) -> IdempotencyClaim:
-        """Claim `key` for this request, or return the response stored under it.
+    def idempotency_args(self, token: IdempotencyToken | None) -> tuple[Any, Any, Any]:
+        """(key, request hash, expiry) as the stored functions take them."""
+        if token is None:
+            return None, None, None
+        return token.key, token.request_hash, utcnow() + self.idempotency_ttl
+
+    async def seal(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        token: IdempotencyToken | None,
+        result: dict[str, Any],
+    ) -> None:
+        """Record `token` with `result` in the open write transaction `conn`.
 
         Raises:
-            IdempotencyKeyReused: the key was used with a different request.
-            IdempotencyInFlight: the same request is still being processed.
+            IdempotentReplay: a live row holds the key (a duplicate committed first); the
+                caller's transaction must roll back, which raising does.
         """
+        if token is None:
+            return
         now = utcnow()
+        t = idempotency_keys.c
         fresh = {
-            "request_hash": request_hash,
-            "state": _IN_FLIGHT,
+            "request_hash": token.request_hash,
+            "result": result,
             "status_code": None,
             "response": None,
             "headers": None,
             "created_at": now,
-            "locked_until": now + self.idempotency_lock,
             "expires_at": now + self.idempotency_ttl,
         }
+        stmt = (
+            self.insert(idempotency_keys)
+            .values(tenant_id=tenant_id, key=token.key, **fresh)
+            .on_conflict_do_update(
+                index_elements=["tenant_id", "key"], set_=fresh, where=t.expires_at <= now
+            )
+            .returning(t.key)
+        )
+        if (await conn.execute(stmt)).first() is None:
+            raise IdempotentReplay(token.key)
+
+    async def get_idempotency_key(self, tenant_id: str, key: str) -> IdempotencyRecord | None:
+        """The live record of `key` (None: never used, or expired)."""
         t = idempotency_keys.c
-        where = (t.tenant_id == tenant_id, t.key == key)
-        async with self.write(tenant_id) as conn:
-            inserted = (
+        async with self.read(tenant_id) as conn:
+            row = (
                 await conn.execute(
-                    self.insert(idempotency_keys)
-                    .values(tenant_id=tenant_id, key=key, **fresh)
-                    .on_conflict_do_nothing(index_elements=["tenant_id", "key"])
-                    .returning(t.key)
+                    select(idempotency_keys).where(
+                        t.tenant_id == tenant_id, t.key == key, t.expires_at > utcnow()
+                    )
                 )
             ).first()
-            if inserted is not None:
-                return IdempotencyClaim(claimed=True)
-            query = select(idempotency_keys).where(*where)
-            if self.is_postgres:
-                query = query.with_for_update()
-            row = (await conn.execute(query)).one()._mapping
-            if as_utc(row["expires_at"]) <= now:
-                await conn.execute(update(idempotency_keys).where(*where).values(**fresh))
-                return IdempotencyClaim(claimed=True)
-            if row["request_hash"] != request_hash:
-                raise IdempotencyKeyReused()
-            if row["state"] == _IN_FLIGHT:
-                if as_utc(row["locked_until"]) > now:
-                    raise IdempotencyInFlight()
-                await conn.execute(update(idempotency_keys).where(*where).values(**fresh))
-                return IdempotencyClaim(claimed=True)
-            return IdempotencyClaim(
-                claimed=False,
-                status_code=row["status_code"],
-                response=row["response"],
-                headers=row["headers"] or {},
-            )
+        if row is None:
+            return None
+        m = row._mapping
+        return IdempotencyRecord(
+            request_hash=m["request_hash"],
+            result=m["result"] or {},
+            status_code=m["status_code"],
+            response=m["response"],
+            headers=m["headers"],
+        )
 
-    async def complete_idempotency_key(
+    async def store_idempotent_response(
         self,
         tenant_id: str,
-        key: str,
+        token: IdempotencyToken,
         *,
         status_code: int,
         response: bytes,
         headers: dict[str, str],
     ) -> None:
-        t = idempotency_keys.c
-        async with self.write(tenant_id) as conn:
-            await conn.execute(
-                update(idempotency_keys)
-                .where(t.tenant_id == tenant_id, t.key == key, t.state == _IN_FLIGHT)
-                .values(state=_DONE, status_code=status_code, response=response, headers=headers)
-            )
+        """Keep the first rendered answer of a key; later replays send it as is.
 
-    async def release_idempotency_key(self, tenant_id: str, key: str) -> None:
-        """Drop an unfinished claim so that the request may be sent again."""
+        The key row is normally there already (sealed with the work). Work outside the ledger
+        (writing to a process's stdin) seals nothing: its key is recorded here, after the
+        work, so it is replayed once answered but not protected against a crash before.
+        """
+        now = utcnow()
         t = idempotency_keys.c
-        async with self.write(tenant_id) as conn:
-            await conn.execute(
-                delete(idempotency_keys).where(
-                    t.tenant_id == tenant_id, t.key == key, t.state == _IN_FLIGHT
-                )
+        answer = {"status_code": status_code, "response": response, "headers": headers}
+        stmt = (
+            self.insert(idempotency_keys)
+            .values(
+                tenant_id=tenant_id,
+                key=token.key,
+                request_hash=token.request_hash,
+                result={},
+                created_at=now,
+                expires_at=now + self.idempotency_ttl,
+                **answer,
             )
+            .on_conflict_do_update(
+                index_elements=["tenant_id", "key"],
+                set_=answer,
+                where=(t.response.is_(None) & (t.request_hash == token.request_hash)),
+            )
+        )
+        async with self.write(tenant_id) as conn:
+            await conn.execute(stmt)
 
     async def delete_expired_idempotency_keys(self) -> int:
         t = idempotency_keys.c
         async with self.write(ALL_TENANTS) as conn:
             result = await conn.execute(delete(idempotency_keys).where(t.expires_at <= utcnow()))
         return result.rowcount
+

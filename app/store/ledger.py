@@ -45,6 +45,7 @@ from app.runtime.events import Event, NewEvent
 from app.runtime.metadata import check_metadata_size, merge_patch
 from app.runtime.ports import (
     AppendResult,
+    IdempotencyToken,
     NewSession,
     SessionLoad,
     SessionRecord,
@@ -56,7 +57,6 @@ from app.runtime.redaction import Redactor
 from app.runtime.state import state_hash
 from app.store import pg_append
 from app.store.base import (
-    StoreBase,
     as_utc,
     event_from_mapping,
     event_from_row,
@@ -65,6 +65,7 @@ from app.store.base import (
     session_from_row,
     utcnow,
 )
+from app.store.idempotency import IdempotencyStore, committed_result
 from app.store.pgfunctions import EventArrays
 from app.store.tables import counters, runs, session_events, session_snapshots, sessions
 
@@ -174,7 +175,7 @@ def _reserve_statement(postgres: bool, by_seq: bool, by_version: bool) -> Any:
     ).returning(*c, _xact_id_column(postgres))
 
 
-class LedgerStore(StoreBase):
+class LedgerStore(IdempotencyStore):
     """Tenant-scoped reads and writes of sessions, events and snapshots."""
 
     max_metadata_bytes: int = 16_384
@@ -210,11 +211,14 @@ class LedgerStore(StoreBase):
         session: NewSession,
         events: list[NewEvent],
         snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
-        """Insert a session row and its first events in one transaction.
+        """Insert a session row and its first events in one transaction (and the
+        Idempotency-Key, when given, see `seal`).
 
         Raises:
             SessionAlreadyExists: the tenant already has a session with this id.
+            IdempotentReplay: a committed duplicate holds the key.
         """
         now = utcnow()
         async with self.write(tenant_id) as conn:
@@ -225,7 +229,9 @@ class LedgerStore(StoreBase):
             written = await self._insert_events(conn, record, events, first_seq=1, xact_id=xact_id)
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], now)
-        return AppendResult(session=record, events=written)
+            result = AppendResult(session=record, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(result))
+        return result
 
     async def _insert_session_row(
         self,
@@ -370,6 +376,7 @@ class LedgerStore(StoreBase):
         expected_version: int | None = None,
         metadata_patch: dict[str, Any] | None = None,
         snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
         """Append `events` atomically and return them with their seqs.
 
@@ -380,9 +387,10 @@ class LedgerStore(StoreBase):
             metadata_patch: an RFC 7386 merge patch applied to the metadata under the lock.
             snapshot: (kind, state JSON) of the fold at the new last seq, written in the same
                 transaction; needs `expected_seq`, since only then is that fold known.
+            idempotency: the request's Idempotency-Key, recorded in the same transaction.
 
         Raises:
-            SessionNotFound, SeqConflict, VersionConflict.
+            SessionNotFound, SeqConflict, VersionConflict, IdempotentReplay.
         """
         if snapshot is not None and expected_seq is None:
             raise ValueError("a snapshot in an append needs expected_seq")
@@ -396,6 +404,7 @@ class LedgerStore(StoreBase):
                 EventArrays.of(events, self._persistable_json),
                 expected_seq=expected_seq,
                 expected_version=expected_version,
+                idempotency=idempotency,
             )
         n = len(events)
         async with self.write(tenant_id) as conn:
@@ -409,7 +418,9 @@ class LedgerStore(StoreBase):
             )
             if snapshot is not None:
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
-        return AppendResult(session=record, events=written)
+            result = AppendResult(session=record, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(result))
+        return result
 
     async def _reserve(
         self,
@@ -641,6 +652,7 @@ class LedgerStore(StoreBase):
         session: NewSession,
         events: list[NewEvent],
         snapshot_state: dict[str, Any],
+        idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
         """Create `session` whose ledger starts as a copy of the source's events 1..at_seq.
 
@@ -688,8 +700,10 @@ class LedgerStore(StoreBase):
                 conn, record, events, first_seq=at_seq + 1, xact_id=xact_id
             )
             await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
-        # Only the child's own events count as appended; the copied prefix is not new.
-        return AppendResult(session=record, events=written)
+            # Only the child's own events count as appended; the copied prefix is not new.
+            result = AppendResult(session=record, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(result))
+        return result
 
     async def _copy_events(
         self,

@@ -18,32 +18,46 @@ invalidated, never put back in the pool; see `pgfunctions.call`).
 from __future__ import annotations
 
 from app.runtime.errors import SeqConflict, SessionNotFound, VersionConflict
-from app.runtime.ports import AppendResult
-from app.store.base import StoreBase, session_from_mapping, utcnow
-from app.store.pgfunctions import EventArrays
+from app.runtime.ports import AppendResult, IdempotencyToken
+from app.store.base import session_from_mapping, utcnow
+from app.store.idempotency import IdempotencyStore
+from app.store.pgfunctions import EventArrays, Refused, refusal
 from app.tracing import span
 
 _SPAN_ATTRIBUTES = {"db.system": "postgresql"}
 
 
 async def append(
-    store: StoreBase,
+    store: IdempotencyStore,
     tenant_id: str,
     session_id: str,
     events: EventArrays,
     *,
     expected_seq: int | None,
     expected_version: int | None,
+    idempotency: IdempotencyToken | None,
 ) -> AppendResult:
     """Append `events` with one function call; semantics of `LedgerStore.append_events`.
 
     Raises:
-        SessionNotFound, SeqConflict, VersionConflict; DBAPIError for driver failures.
+        SessionNotFound, SeqConflict, VersionConflict, IdempotentReplay; DBAPIError for
+        driver failures.
     """
     now = utcnow()
-    args = (tenant_id, session_id, expected_seq, expected_version, now, *events.args())
+    args = (
+        tenant_id,
+        session_id,
+        expected_seq,
+        expected_version,
+        now,
+        *events.args(),
+        *store.idempotency_args(idempotency),
+    )
     with span("store.write", **_SPAN_ATTRIBUTES):
-        row = await store.append_groups.append(args)
+        try:
+            row = await store.append_groups.append(args)
+        except Refused as refused:
+            raise refusal(refused.cause, args) from None
     if row is None:
         raise SessionNotFound(session_id)
     if not row["appended"]:
@@ -51,7 +65,7 @@ async def append(
             raise VersionConflict(expected_version, row["version"])
         raise SeqConflict(expected_seq or 0, row["last_seq"])
     record = session_from_mapping(row)
-    written = events.written(session_id, record.last_seq, now, row["positions"])
+    written = events.written(session_id, row["first_seq"], now, row["positions"])
     # Committed: wake-ups and metrics, once per transaction (as StoreBase.write).
     store.committed(tenant_id, session_id, written)
     return AppendResult(session=record, events=written)

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from app.runtime.errors import (
+    IdempotentReplay,
     RunAlreadyActive,
     RunFenced,
     SessionNotFound,
@@ -35,14 +36,87 @@ from app.runtime.errors import (
 )
 from app.runtime.events import Event, NewEvent
 
-_RUN_START = (
-    "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_start("
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+
+def named_call(function: str, *params: str, columns: str = "*") -> str:
+    """`SELECT columns FROM function(p => $1, ...)`: named, so a call can never bind an
+    argument to the wrong parameter, and a parameter added with a default breaks no caller."""
+    bound = ", ".join(f"{p} => ${i}" for i, p in enumerate(params, start=1))
+    return f"SELECT {columns} FROM {function}({bound})"
+
+
+_EVENT_PARAMS = ("p_event_ids", "p_types", "p_run_ids", "p_turn_ids", "p_payloads")
+_IDEMPOTENCY_PARAMS = ("p_idem_key", "p_idem_hash", "p_idem_expires")
+
+_RUN_START = named_call(
+    "asr_run_start",
+    "p_tenant",
+    "p_session",
+    "p_run",
+    "p_max_live",
+    "p_now",
+    "p_owner",
+    "p_lease",
+    "p_input",
+    "p_options",
+    "p_expected_version",
+    "p_expected_created_at",
+    *_EVENT_PARAMS,
+    *_IDEMPOTENCY_PARAMS,
+    columns="o_session, o_run, o_xact_id, o_positions",
 )
-_SESSION_TAIL = "SELECT o_found, o_session, o_events FROM asr_session_tail($1, $2, $3, $4)"
-_RUN_STEP = (
-    "SELECT o_session, o_run, o_xact_id, o_positions FROM asr_run_step("
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+_SESSION_TAIL = named_call(
+    "asr_session_tail",
+    "p_tenant",
+    "p_session",
+    "p_created_at",
+    "p_after",
+    columns="o_found, o_session, o_events",
+)
+_RUN_STEP = named_call(
+    "asr_run_step",
+    "p_tenant",
+    "p_session",
+    "p_run",
+    "p_epoch",
+    "p_now",
+    "p_lease",
+    "p_turns",
+    "p_usage",
+    "p_finish",
+    "p_status",
+    "p_stop_reason",
+    "p_output",
+    "p_error",
+    *_EVENT_PARAMS,
+    columns="o_session, o_run, o_xact_id, o_positions",
+)
+APPEND_EVENTS = named_call(
+    "asr_append_events",
+    "p_tenant",
+    "p_session",
+    "p_expected_seq",
+    "p_expected_version",
+    "p_now",
+    *_EVENT_PARAMS,
+    *_IDEMPOTENCY_PARAMS,
+)
+APPEND_BATCH = named_call(
+    "asr_append_batch",
+    "p_tenants",
+    "p_sessions",
+    "p_expected_seqs",
+    "p_expected_versions",
+    "p_nows",
+    "p_offsets",
+    "p_counts",
+    "p_event_ids",
+    "p_types",
+    "p_run_ids",
+    "p_turn_ids",
+    "p_payloads",
+    "p_idem_keys",
+    "p_idem_hashes",
+    "p_idem_expires",
 )
 
 
@@ -79,9 +153,9 @@ class EventArrays:
         return (self.ids, self.types, self.run_ids, self.turn_ids, self.payloads)
 
     def written(
-        self, session_id: str, last_seq: int, now: datetime, positions: list[int]
+        self, session_id: str, first: int, now: datetime, positions: list[int]
     ) -> list[Event]:
-        first = last_seq - len(self.ids) + 1
+        """The events as committed with seqs `first`, `first`+1, ...."""
         return [
             Event(
                 event_id=self.ids[i],
@@ -124,7 +198,7 @@ class PgFunctions:
         try:
             return await call(self.engine, sql, args, in_transaction=self.in_transaction)
         except Refused as refused:
-            raise _refusal(refused.cause, args, max_live) from None
+            raise refusal(refused.cause, args, max_live) from None
 
 
 class Refused(Exception):
@@ -204,7 +278,7 @@ async def _raise_as_sqlalchemy(
     raise exc
 
 
-def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exception:
+def refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None = None) -> Exception:
     """The domain error for a function's `AS0xx` refusal."""
     code = getattr(exc, "sqlstate", None)
     message = getattr(exc, "message", "")
@@ -216,4 +290,6 @@ def _refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None) -> Exc
         return RunAlreadyActive(message or None)
     if code == "AS005":
         return StaleSession(args[1])
+    if code == "AS006":
+        return IdempotentReplay(message)
     return RunFenced(f"run {args[2]} was taken over")

@@ -28,8 +28,15 @@ from app.runtime.errors import (
     too_many_runs,
 )
 from app.runtime.events import NewEvent
-from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
+from app.runtime.ports import (
+    AppendResult,
+    IdempotencyToken,
+    RunFinish,
+    RunRecord,
+    SessionRecord,
+)
 from app.store.base import ALL_TENANTS, as_utc, session_from_mapping, session_from_row, utcnow
+from app.store.idempotency import committed_result
 from app.store.ledger import LedgerStore, _xact_id_column
 from app.store.pgfunctions import EventArrays
 from app.store.tables import runs, sessions
@@ -113,7 +120,7 @@ class RunStore(LedgerStore):
         options: dict[str, Any],
         owner: str,
         lease_until: datetime,
-        idempotency_key: str | None = None,
+        idempotency: IdempotencyToken | None = None,
         run_id: str | None = None,
         start_events: list[NewEvent] | None = None,
         max_live_runs: int | None = None,
@@ -129,9 +136,11 @@ class RunStore(LedgerStore):
         `expected` is (version, created_at) of the session as the caller's cached view has
         it: with start_events, the run starts only if the session is still exactly that.
 
+        `idempotency` is recorded in the same transaction, with the run's id (see `seal`).
+
         Raises:
             SessionNotFound, TooManyRequests, RunAlreadyActive and StaleSession (only with
-            start_events).
+            start_events); IdempotentReplay.
         """
         now = utcnow()
         values = {
@@ -146,19 +155,23 @@ class RunStore(LedgerStore):
             "epoch": 1,
             "lease_owner": owner,
             "lease_expires_at": lease_until,
-            "idempotency_key": idempotency_key,
+            "idempotency_key": idempotency.key if idempotency is not None else None,
             "created_at": now,
             "updated_at": now,
         }
         if start_events is not None and self.functions is not None:
-            return await self._start_by_function(values, start_events, max_live_runs, expected)
+            return await self._start_by_function(
+                values, start_events, max_live_runs, expected, idempotency
+            )
         async with self.write(tenant_id) as conn:
             if max_live_runs is not None:
                 live = (await conn.execute(_COUNT_LIVE, {"c_tenant": tenant_id})).scalar_one()
                 if live >= max_live_runs:
                     raise too_many_runs(max_live_runs)
             if start_events is not None:
-                return await self._insert_claimed(conn, values, start_events, expected)
+                run, started = await self._insert_claimed(conn, values, start_events, expected)
+                await self.seal(conn, tenant_id, idempotency, committed_result(started, run.run_id))
+                return run, started
             exists = (
                 await conn.execute(
                     select(sessions.c.session_id).where(
@@ -169,7 +182,16 @@ class RunStore(LedgerStore):
             if exists is None:
                 raise SessionNotFound(session_id)
             row = (await conn.execute(runs.insert().values(**values).returning(*runs.c))).one()
-            return run_from_row(row), None
+            run = run_from_row(row)
+            current = await self._session(conn, tenant_id, session_id)
+            assert current is not None  # it existed a moment ago, in this transaction
+            await self.seal(
+                conn,
+                tenant_id,
+                idempotency,
+                committed_result(AppendResult(session=current, events=[]), run.run_id),
+            )
+            return run, None
 
     async def _start_by_function(
         self,
@@ -177,8 +199,9 @@ class RunStore(LedgerStore):
         events: list[NewEvent],
         max_live_runs: int | None,
         expected: tuple[int, datetime] | None,
+        idempotency: IdempotencyToken | None,
     ) -> tuple[RunRecord, AppendResult]:
-        """`_insert_claimed` and the live-run count in one round trip (PostgreSQL)."""
+        """`_insert_claimed`, the live-run count and the key in one round trip (PostgreSQL)."""
         assert self.functions is not None
         arrays = EventArrays.of(events, self._persistable_json)
         now = values["created_at"]
@@ -193,9 +216,9 @@ class RunStore(LedgerStore):
             values["lease_expires_at"],
             _json_text(values["input"]),
             _json_text(values["options"]),
-            values["idempotency_key"],
             *(expected or (None, None)),
             *arrays.args(),
+            *self.idempotency_args(idempotency),
         )
         return self._function_result(row, arrays, now)
 
@@ -203,7 +226,8 @@ class RunStore(LedgerStore):
         self, row: Any, arrays: EventArrays, now: datetime
     ) -> tuple[RunRecord, AppendResult]:
         session = session_from_mapping(row["o_session"])
-        written = arrays.written(session.session_id, session.last_seq, now, row["o_positions"])
+        first = session.last_seq - len(arrays.ids) + 1
+        written = arrays.written(session.session_id, first, now, row["o_positions"])
         self.committed(session.tenant_id, session.session_id, written)
         return run_from_mapping(row["o_run"]), AppendResult(session=session, events=written)
 

@@ -12,12 +12,11 @@ from app.runtime.observer import NullObserver, Observer
 from app.runtime.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.base import ALL_TENANTS
-from app.store.idempotency import IdempotencyStore
 from app.store.maintenance import MaintenanceStore
 from app.store.runs import RunStore
 
 
-class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceStore):
+class AgentSessionStore(RunStore, AccountStore, MaintenanceStore):
     """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
 
     def __init__(
@@ -26,7 +25,6 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceSto
         *,
         max_metadata_bytes: int = 16_384,
         idempotency_ttl_seconds: int = 86_400,
-        idempotency_lock_seconds: int = 60,
         observer: Observer | None = None,
         max_event_bytes: int = 2_097_152,
         redactor: Redactor | None = None,
@@ -39,7 +37,6 @@ class AgentSessionStore(RunStore, AccountStore, IdempotencyStore, MaintenanceSto
         self.max_event_bytes = max_event_bytes
         self.redactor = redactor or Redactor()
         self.idempotency_ttl = timedelta(seconds=idempotency_ttl_seconds)
-        self.idempotency_lock = timedelta(seconds=idempotency_lock_seconds)
 
     async def ping(self) -> None:
         """Round trip to the database (readiness)."""

@@ -149,12 +149,13 @@ idempotency_keys = Table(
     Column("tenant_id", String(64), nullable=False),
     Column("key", String(255), nullable=False),
     Column("request_hash", String(64), nullable=False),
-    Column("state", String(16), nullable=False),
+    # What the guarded work committed (session, seq range, version, run), written in the
+    # work's own transaction; the rendered response is stored beside it afterwards.
+    Column("result", Json, nullable=True),
     Column("status_code", Integer, nullable=True),
     Column("response", LargeBinary, nullable=True),
     Column("headers", Json, nullable=True),
     Column("created_at", Timestamp, nullable=False),
-    Column("locked_until", Timestamp, nullable=False),
     Column("expires_at", Timestamp, nullable=False),
     PrimaryKeyConstraint("tenant_id", "key"),
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),

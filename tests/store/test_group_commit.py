@@ -105,6 +105,9 @@ async def test_a_batch_reports_each_item_as_if_alone(
             [None],
             [None],
             ['{"n": 1}'],
+            None,
+            None,
+            None,
         )
 
     rows = await pg.append_groups._batch(
@@ -116,6 +119,32 @@ async def test_a_batch_reports_each_item_as_if_alone(
     assert rows[4]["appended"] and rows[4]["last_seq"] == 2
     assert rows[5]["appended"] and rows[5]["last_seq"] == 3
     assert rows[1]["xact_id"] == rows[4]["xact_id"] == rows[5]["xact_id"]  # one transaction
+
+
+async def test_a_batch_or_append_sent_again_after_its_commit_applies_nothing_twice(
+    pg: AgentSessionStore, tenant: TenantKey
+) -> None:
+    """A reply lost after the commit makes the group commit re-send a batch's items one by
+    one: their event ids are a write token, so what committed is reported, not re-applied."""
+    t = tenant.tenant_id
+    a, b = await _session(pg, t), await _session(pg, t)
+    now = datetime.now(UTC)
+
+    def args(session: str) -> tuple[Any, ...]:
+        return (t, session, None, None, now, [str(uuid.uuid4()), str(uuid.uuid4())],
+                ["STEP_END", "STEP_END"], [None, None], [None, None], ["{}", "{}"],
+                None, None, None)  # fmt: skip
+
+    items = [args(a), args(b), args(a)]
+    first = await pg.append_groups._batch(items)
+    again = await pg.append_groups._batch(items)
+    alone = [await pg.append_groups._single(item) for item in items]
+    for i in (1, 2, 3):
+        assert again[i]["appended"] and again[i]["first_seq"] == first[i]["first_seq"]
+        assert again[i]["positions"] == first[i]["positions"]
+        assert alone[i - 1]["first_seq"] == first[i]["first_seq"]
+    assert [e.seq for e in await pg.list_events(t, a)] == [1, 2, 3, 4]
+    assert [e.seq for e in await pg.list_events(t, b)] == [1, 2]
 
 
 async def test_a_failing_batch_is_retried_item_by_item(
@@ -138,6 +167,9 @@ async def test_a_failing_batch_is_retried_item_by_item(
             [None],
             [None],
             [payload],
+            None,
+            None,
+            None,
         )
 
     # Fill the calls in flight so that the next appends queue and go out as one batch.

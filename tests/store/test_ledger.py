@@ -8,8 +8,7 @@ import pytest
 from sqlalchemy import select, update
 
 from app.runtime.errors import (
-    IdempotencyInFlight,
-    IdempotencyKeyReused,
+    IdempotentReplay,
     InvalidForkPoint,
     SeqConflict,
     SessionAlreadyExists,
@@ -17,7 +16,7 @@ from app.runtime.errors import (
     VersionConflict,
 )
 from app.runtime.events import EventType, NewEvent
-from app.runtime.ports import NewSession
+from app.runtime.ports import IdempotencyToken, NewSession
 from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from app.store.tables import session_snapshots
@@ -181,31 +180,62 @@ async def test_delete_erases_events_and_snapshots(
     assert left == []
 
 
-async def test_idempotency_claims(store: AgentSessionStore, tenant: TenantKey) -> None:
-    t = tenant.tenant_id
-    assert (await store.claim_idempotency_key(t, "k", request_hash="h1")).claimed
-    with pytest.raises(IdempotencyInFlight):
-        await store.claim_idempotency_key(t, "k", request_hash="h1")
-    with pytest.raises(IdempotencyKeyReused):
-        await store.claim_idempotency_key(t, "k", request_hash="h2")
-    await store.complete_idempotency_key(t, "k", status_code=201, response=b"{}", headers={})
-    replay = await store.claim_idempotency_key(t, "k", request_hash="h1")
-    assert not replay.claimed and replay.status_code == 201 and replay.response == b"{}"
-    await store.claim_idempotency_key(t, "k2", request_hash="h")
-    await store.release_idempotency_key(t, "k2")
-    assert (await store.claim_idempotency_key(t, "k2", request_hash="h")).claimed
-
-
-async def test_concurrent_idempotency_claims_admit_exactly_one(
+async def test_a_key_is_recorded_with_its_write_and_a_duplicate_writes_nothing(
     store: AgentSessionStore, tenant: TenantKey
 ) -> None:
-    async def claim() -> bool:
-        try:
-            return (
-                await store.claim_idempotency_key(tenant.tenant_id, "race", request_hash="h")
-            ).claimed
-        except IdempotencyInFlight:
-            return False
+    t = tenant.tenant_id
+    await store.create_session(t, session=new("idem"), events=items(1))
+    token = IdempotencyToken(key="k", request_hash="h1")
+    first = await store.append_events(t, "idem", events=items(2), idempotency=token)
+    assert [e.seq for e in first.events] == [2, 3]
+    found = await store.get_idempotency_key(t, "k")
+    assert found is not None and found.request_hash == "h1" and found.response is None
+    assert found.result == {
+        "session_id": "idem",
+        "first_seq": 2,
+        "last_seq": 3,
+        "version": first.session.version,
+    }
+    with pytest.raises(IdempotentReplay):
+        await store.append_events(t, "idem", events=items(2), idempotency=token)
+    with pytest.raises(IdempotentReplay):  # whatever the write: the key is taken
+        await store.create_session(t, session=new("idem-2"), events=items(1), idempotency=token)
+    assert await store.get_session(t, "idem-2") is None
+    assert [e.seq for e in await store.list_events(t, "idem")] == [1, 2, 3]
+    await store.store_idempotent_response(
+        t, token, status_code=201, response=b"{}", headers={"location": "/x"}
+    )
+    await store.store_idempotent_response(t, token, status_code=500, response=b"no", headers={})
+    kept = await store.get_idempotency_key(t, "k")
+    assert kept is not None and (kept.status_code, kept.response) == (201, b"{}")
+    assert kept.headers == {"location": "/x"}
 
-    results = await asyncio.gather(*(claim() for _ in range(10)))
+
+async def test_a_refused_write_records_no_key(store: AgentSessionStore, tenant: TenantKey) -> None:
+    t = tenant.tenant_id
+    await store.create_session(t, session=new("refused"), events=items(1))
+    token = IdempotencyToken(key="refused", request_hash="h")
+    with pytest.raises(SeqConflict):
+        await store.append_events(t, "refused", events=items(1), expected_seq=7, idempotency=token)
+    assert await store.get_idempotency_key(t, "refused") is None
+    await store.append_events(t, "refused", events=items(1), expected_seq=1, idempotency=token)
+    assert await store.get_idempotency_key(t, "refused") is not None
+
+
+async def test_concurrent_writes_under_one_key_commit_exactly_once(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    await store.create_session(t, session=new("race"), events=items(1))
+    token = IdempotencyToken(key="race", request_hash="h")
+
+    async def write() -> bool:
+        try:
+            await store.append_events(t, "race", events=items(1), idempotency=token)
+        except IdempotentReplay:
+            return False
+        return True
+
+    results = await asyncio.gather(*(write() for _ in range(10)))
     assert results.count(True) == 1
+    assert [e.seq for e in await store.list_events(t, "race")] == [1, 2]

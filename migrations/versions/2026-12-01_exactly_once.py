@@ -1,0 +1,101 @@
+"""Exactly-once writes: the Idempotency-Key row commits with the work it guards.
+
+`idempotency_keys` loses the claim columns (`state`, `locked_until`): a key row now exists
+only once the work it guards has committed, written in that same transaction with `result`
+(what the work committed: session, seq range, version, run), so there is no claim that a
+crash could leave behind. The response is stored beside it when it has been rendered.
+
+PostgreSQL: the stored functions are installed from their sources
+(`app/store/postgres/functions/*.sql`); appends and run starts take the key (named
+parameters with defaults), and an append skips itself when its first event id is already in
+the ledger (a write token: a batch re-sent after a lost reply applies nothing twice). The
+functions of 0005–0007 whose signature changed are dropped first.
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-01
+"""
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+from app.store.postgres.install import install
+
+revision: str = "0008"
+down_revision: str | None = "0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_OLD = (
+    "asr_append_batch(text[], text[], bigint[], bigint[], timestamptz[], integer[],"
+    " integer[], text[], text[], text[], text[], text[])",
+    "asr_append_events(text, text, bigint, bigint, timestamptz,"
+    " text[], text[], text[], text[], text[])",
+    "asr_run_start(text, text, text, integer, timestamptz, text, timestamptz, jsonb, jsonb,"
+    " text, bigint, timestamptz, text[], text[], text[], text[], text[])",
+)
+_NEW = (
+    "asr_append_batch(text[], text[], bigint[], bigint[], timestamptz[], integer[],"
+    " integer[], text[], text[], text[], text[], text[], text[], text[], timestamptz[])",
+    "asr_append_events(text, text, bigint, bigint, timestamptz,"
+    " text[], text[], text[], text[], text[], text, text, timestamptz)",
+    "asr_run_start(text, text, text, integer, timestamptz, text, timestamptz, jsonb, jsonb,"
+    " bigint, timestamptz, text[], text[], text[], text[], text[], text, text, timestamptz)",
+    "asr_seal_idempotency(text, text, text, timestamptz, timestamptz, jsonb)",
+)
+
+
+def _json() -> sa.types.TypeEngine:
+    return sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+def upgrade() -> None:
+    op.execute("DELETE FROM idempotency_keys WHERE response IS NULL")  # old unfinished claims
+    with op.batch_alter_table("idempotency_keys") as batch:
+        batch.add_column(sa.Column("result", _json(), nullable=True))
+        batch.drop_column("state")
+        batch.drop_column("locked_until")
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    for signature in _OLD:
+        op.execute(f"DROP FUNCTION IF EXISTS {signature}")
+    install(op.execute)
+
+
+def _previous(filename: str) -> object:
+    """An earlier migration module, for its CREATE statements (they have no import name)."""
+    path = Path(__file__).with_name(filename)
+    spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        for signature in _NEW:
+            op.execute(f"DROP FUNCTION IF EXISTS {signature}")
+        run_functions = _previous("2026-11-30_run_functions.py")
+        for name in ("RUN_START", "RUN_STEP", "SESSION_TAIL", "INSERT_EVENTS"):
+            create = getattr(run_functions, name)
+            op.execute(create.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+        op.execute(getattr(_previous("2026-11-30_append_function.py"), "_CREATE"))
+        op.execute(getattr(_previous("2026-11-30_append_batch.py"), "_CREATE"))
+    op.execute("DELETE FROM idempotency_keys")
+    with op.batch_alter_table("idempotency_keys") as batch:
+        batch.drop_column("result")
+        batch.add_column(sa.Column("state", sa.String(16), nullable=False, server_default="done"))
+        batch.add_column(
+            sa.Column(
+                "locked_until",
+                sa.DateTime(timezone=True),
+                nullable=False,
+                server_default=sa.func.now(),
+            )
+        )
