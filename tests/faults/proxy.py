@@ -3,11 +3,11 @@
 The fault it makes is the one an Idempotency-Key must survive: the database committed, the
 client never heard so. It reads the backend's messages (a 1-byte type, then an int32 length
 that counts itself) from server to client; when a chunk holds a ReadyForQuery ('Z') whose
-transaction status is idle ('I') after a CommandComplete ('C') — a COMMIT, or a statement in
-autocommit, has just finished — it drops that chunk with probability `probability` and
-closes both sides instead of forwarding it. Client to server, bytes pass through untouched;
-only the first few are read to see whether an SSL or GSS encryption request comes first
-(the server answers those with one untyped byte, 'N' here).
+transaction status is idle ('I') after a CommandComplete ('C') or a PortalSuspended ('s') —
+a COMMIT, or a statement in autocommit, has just finished — it drops that chunk with
+probability `probability` and closes both sides instead of forwarding it. Client to server,
+bytes pass through untouched; only the first few are read to see whether an SSL or GSS
+encryption request comes first (the server answers those with one untyped byte, 'N' here).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import random
 import struct
+from collections import Counter
 
 _NEGOTIATION_CODES = (80877103, 80877104)  # SSLRequest, GSSENCRequest
 _CHUNK = 65536
@@ -29,6 +30,7 @@ class BackendParser:
         self.untyped = 0  # one-byte answers to encryption requests still to come
         self.opaque = False  # encryption was accepted: nothing more can be read
         self.completed = False  # a CommandComplete since the last ReadyForQuery
+        self.tag = ""  # the last CommandComplete's tag ("COMMIT", "SELECT 1", ...)
 
     def feed(self, chunk: bytes) -> bool:
         """Consume `chunk`; True when it ends a finished statement in an idle session."""
@@ -49,6 +51,14 @@ class BackendParser:
                 break
             if kind == b"C":
                 self.completed = True
+                tag = bytes(self.buffer[at + 5 : at + length]).rstrip(b"\0")
+                self.tag = tag.decode(errors="replace").split(" ")[0]
+            elif kind == b"s":
+                # PortalSuspended ends an Execute with a row limit (asyncpg's fetchrow): the
+                # statement ran, and in autocommit the Sync that follows commits it, so it
+                # counts as a finished statement just as a CommandComplete does.
+                self.completed = True
+                self.tag = "SUSPENDED"
             elif kind == b"E":
                 self.completed = False  # an error in the same sync block: not a commit
             elif kind == b"Z":
@@ -70,6 +80,7 @@ class ReplyDropProxy:
         self.probability = probability
         self.rng = random.Random(seed)
         self.drops = 0
+        self.dropped: Counter[str] = Counter()  # lost replies by command tag
         self.connections = 0
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -142,6 +153,7 @@ class ReplyDropProxy:
                 if parser.feed(chunk) and self.rng.random() < self.probability:
                     # The statement finished in the database; its reply is lost with the link.
                     self.drops += 1
+                    self.dropped[parser.tag] += 1
                     return
                 client_w.write(chunk)
                 await client_w.drain()

@@ -51,6 +51,8 @@ class Injector(Protocol):
 
     def quiesce(self) -> None: ...
 
+    def describe(self) -> str: ...
+
 
 class KillReplicas:
     """kill -9 of a replica every 5 to 15 s (the first after 2 to 4 s), started again at once."""
@@ -75,6 +77,9 @@ class KillReplicas:
     def quiesce(self) -> None:
         pass
 
+    def describe(self) -> str:
+        return self.name
+
 
 class RestartPostgres:
     """`pg_ctl restart -m fast` at a third and at two thirds of the target."""
@@ -98,6 +103,9 @@ class RestartPostgres:
     def quiesce(self) -> None:
         pass
 
+    def describe(self) -> str:
+        return self.name
+
 
 class DropCommitReplies:
     """The proxy loses commit replies on its own; this only counts them and stops them."""
@@ -117,6 +125,10 @@ class DropCommitReplies:
 
     def quiesce(self) -> None:
         self.proxy.probability = 0.0  # the audit's reads must not be cut off
+
+    def describe(self) -> str:
+        tags = ", ".join(f"{tag} {n}" for tag, n in self.proxy.dropped.most_common())
+        return f"{self.name}: {tags}" if tags else self.name
 
 
 @dataclass
@@ -199,7 +211,7 @@ async def exercise(
         for replica in replicas:
             await asyncio.to_thread(replica.stop)
     outcome = Outcome(
-        label, injector.name, injector.count, tally, verdict, time.monotonic() - started
+        label, injector.describe(), injector.count, tally, verdict, time.monotonic() - started
     )
     report(outcome)
     return outcome
