@@ -116,6 +116,15 @@ class Replica:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
 
+async def start_all(replicas: list[Replica]) -> None:
+    """Start the replicas side by side; every start has ended (and so every process is
+    known, for the caller's cleanup) before a failure is raised."""
+    results = await asyncio.gather(*(r.start() for r in replicas), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
 def asr_cli(database_url: str, *args: str) -> str:
     """Run `asr ARGS` against `database_url`; returns its standard output."""
     done = subprocess.run(

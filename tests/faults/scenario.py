@@ -19,7 +19,7 @@ import httpx
 from tests.faults.audit import Verdict, audit
 from tests.faults.cluster import PgCluster
 from tests.faults.proxy import ReplyDropProxy
-from tests.faults.replicas import Replica
+from tests.faults.replicas import Replica, start_all
 from tests.faults.workload import WRITE_SECONDS, Budget, Tally, writer
 
 WRITERS = 16
@@ -94,7 +94,7 @@ class RestartPostgres:
     async def inject(self, budget: Budget, stop: asyncio.Event) -> None:
         for n in range(self.needed):
             mark = budget.target * (n + 1) / (self.needed + 1)
-            while budget.acked < mark:
+            while budget.acked < mark:  # bounded: `stop` is set when the writers end
                 if await _sleep_or_stop(stop, 0.2):
                     return
             await asyncio.to_thread(self.cluster.restart)
@@ -173,7 +173,6 @@ async def exercise(
     """Start the replicas, run WRITERS writers until `writes` are acknowledged while
     `injector` makes its faults, stop the faults, audit; the replicas are stopped after."""
     started = time.monotonic()
-    await asyncio.gather(*(r.start() for r in replicas))
     # Idle connections are dropped before uvicorn's 5 s keep-alive timeout closes them.
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=2)
     clients = [
@@ -186,6 +185,7 @@ async def exercise(
         for r in replicas
     ]
     try:
+        await start_all(replicas)
         tally = Tally()
         stop = asyncio.Event()
         budget = Budget(

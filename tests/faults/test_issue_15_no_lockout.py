@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import TenantKey
 from tests.faults.audit import Verdict, ledger, marker_counts, settle
-from tests.faults.replicas import Replica
+from tests.faults.replicas import Replica, start_all
 
 RETRY_WINDOW = 10.0  # "a few seconds": the lease (3 s) and a sweep, far below the 60 s lock
 
@@ -66,8 +66,8 @@ async def test_a_retry_after_kill9_is_answered_and_runs_once(
     database_url: str, tenant: TenantKey, tmp_path: Path
 ) -> None:
     a, b = (Replica(n, {"ASR_DATABASE_URL": database_url}, tmp_path / f"{n}.log") for n in "ab")
-    await asyncio.gather(a.start(), b.start())
     try:
+        await start_all([a, b])
         async with (
             httpx.AsyncClient(base_url=a.base_url, headers=tenant.headers, timeout=30) as on_a,
             httpx.AsyncClient(base_url=b.base_url, headers=tenant.headers, timeout=30) as on_b,
