@@ -41,6 +41,10 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
 
 
 class Injector(Protocol):
+    """One kind of fault. `inject` runs beside the writers until `stop` is set; `count`
+    is how many faults it made and `needed` how many the run must have; `quiesce` ends
+    the fault before the audit, whose reads must not meet it."""
+
     name: str
     needed: int
 

@@ -12,6 +12,9 @@ until a 2xx, and then check every acknowledged write is in its ledger exactly on
     pytest -s tests/faults                # the SQLite one
     ASR_FAULT_WRITES=150 pytest -s ...    # a quick form
 
+Each test prints one summary line (acknowledged, duplicates, lost, retries, faults); with
+ASR_FAULT_SUMMARY=FILE the lines are also appended to FILE.
+
 The replicas run with a 5 s claim lock (ASR_IDEMPOTENCY_LOCK_SECONDS) so that a claim left
 by a killed replica is taken over while the writers still retry; the default 60 s would
 stall them for a minute after every kill. The lock-out itself is the subject of
