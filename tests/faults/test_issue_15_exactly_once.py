@@ -15,10 +15,9 @@ until a 2xx, and then check every acknowledged write is in its ledger exactly on
 Each test prints one summary line (acknowledged, duplicates, lost, retries, faults); with
 ASR_FAULT_SUMMARY=FILE the lines are also appended to FILE.
 
-The replicas run with a 5 s claim lock (ASR_IDEMPOTENCY_LOCK_SECONDS) so that a claim left
-by a killed replica is taken over while the writers still retry; the default 60 s would
-stall them for a minute after every kill. The lock-out itself is the subject of
-test_issue_15_no_lockout.py, which keeps the default.
+A key is recorded in the transaction of the work it guards, so a killed replica leaves no
+claim behind that could stall a retry; the lock-out itself is the subject of
+test_issue_15_no_lockout.py.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from tests.faults.scenario import (
     fault_writes,
 )
 
-CLAIM_LOCK = {"ASR_IDEMPOTENCY_LOCK_SECONDS": "5"}
 DROP_PROBABILITY = 0.008  # of the finished statements whose reply is lost
 
 pytestmark = pytest.mark.timeout(1200)
@@ -55,7 +53,7 @@ async def _database(cluster: PgCluster) -> tuple[str, str]:
 
 
 def _pair(tmp_path: Path, env: dict[str, str]) -> list[Replica]:
-    return [Replica(name, {**CLAIM_LOCK, **env}, tmp_path / f"{name}.log") for name in ("a", "b")]
+    return [Replica(name, env, tmp_path / f"{name}.log") for name in ("a", "b")]
 
 
 async def test_kill9_of_replicas_on_postgres(pg_cluster: PgCluster, tmp_path: Path) -> None:
@@ -72,7 +70,7 @@ async def test_kill9_of_the_replica_on_sqlite(sqlite_tier: None, tmp_path: Path)
     url = f"sqlite+aiosqlite:///{tmp_path / 'faults.db'}"
     await asyncio.to_thread(asr_cli, url, "migrate")
     key = await asyncio.to_thread(make_api_key, url)
-    replicas = [Replica("a", {**CLAIM_LOCK, "ASR_DATABASE_URL": url}, tmp_path / "a.log")]
+    replicas = [Replica("a", {"ASR_DATABASE_URL": url}, tmp_path / "a.log")]
     outcome = await exercise(
         "kill -9, SQLite", replicas, key, KillReplicas(replicas), writes=fault_writes()
     )

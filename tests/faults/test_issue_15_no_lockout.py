@@ -1,10 +1,9 @@
 """Issue #15: a keyed request whose replica died is not locked out, and runs once.
 
-The bug: the key was claimed in a transaction of its own before the work. When the
-replica died after its run had started, the claim stayed "in flight" for
-ASR_IDEMPOTENCY_LOCK_SECONDS (60 s by default, kept here), and the client's retry on
-another replica was refused with 409 `idempotency_in_flight` all that time — and once the
-lock expired, the retry started the run a second time.
+The bug it guards against: the key was claimed in a transaction of its own before the work.
+When the replica died after its run had started, the claim stayed "in flight" for 60 s, and
+the client's retry on another replica was refused with 409 `idempotency_in_flight` all that
+time — and once the claim expired, the retry started the run a second time.
 
 Runs in both tiers, on the suite's database (`database_url`): two replicas share it (on
 SQLite, two processes on one file).

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 MAX_ATTEMPTS = 400
-WRITE_SECONDS = 150.0  # one write's retry budget: above the 5 s claim lock and 3 s lease
+WRITE_SECONDS = 150.0  # one write's retry budget: well above the 3 s run lease
 RETRY_AFTER_CAP = 2.0
 SESSIONS_PER_WRITER = 2
 
