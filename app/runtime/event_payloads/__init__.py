@@ -6,8 +6,9 @@ payload is the model's fields by name (`to_payload()`). `PAYLOAD_MODELS` maps ev
 event catalogue derives each type's description and JSON Schema.
 
 Adding an event type: its member in `EventType` (and DESIGN section 3); its model here, in
-the module of its group; its entry in `PAYLOAD_MODELS`; a projector handler if it changes
-state; a golden ledger that holds it (`python -m tests.golden.record`).
+the module of its group; its entry in `PAYLOAD_MODELS`; a projector handler (`HANDLERS`) if
+it changes state; a golden ledger that holds it (`python -m tests.golden.record`); and the
+type in the web page's `EVENT_TYPES` (app/ui/static). Tests fail until each is done.
 """
 
 from __future__ import annotations
