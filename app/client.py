@@ -36,6 +36,7 @@ from app.api.schemas import (
     ContinueRead,
     DelegateRead,
     EventList,
+    EventTypeList,
     MemoryView,
     ProcessList,
     ProcessLogs,
@@ -384,6 +385,10 @@ class _Routes:
 
     def list_agents(self) -> Any:
         return self._call(_Req("GET", "/v1/agents", AgentList))
+
+    def list_event_types(self) -> Any:
+        """Every event type with its payload's JSON Schema (what events of each type hold)."""
+        return self._call(_Req("GET", "/v1/event-types", EventTypeList))
 
     # streams
     def create_stream_token(

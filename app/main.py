@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
-from app.api import agents, debug, events, memory, ops, runs, sessions, streams
+from app.api import agents, debug, event_types, events, memory, ops, runs, sessions, streams
 from app.api import delegation as delegation_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
@@ -187,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         events.router,
         streams.router,
         agents.router,
+        event_types.router,
         ops.router,
         ui_router,
         *((debug.router,) if settings.debug_endpoints else ()),

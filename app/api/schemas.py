@@ -78,6 +78,19 @@ class AgentList(BaseModel):
     data: list[AgentRead]
 
 
+class EventTypeRead(BaseModel):
+    type: str = Field(description="The event type, as events carry it.")
+    description: str = Field(description="What an event of this type records, in one line.")
+    payload_schema: dict[str, Any] = Field(
+        description="JSON Schema (2020-12) of the payload; it accepts every payload a ledger "
+        "may hold, older shapes included."
+    )
+
+
+class EventTypeList(BaseModel):
+    data: list[EventTypeRead]
+
+
 class SessionPatch(_Request):
     metadata: dict[str, Any] | None = Field(
         default=None, description="RFC 7386 merge patch; null deletes a key."

@@ -10,12 +10,13 @@ from app.runtime.compaction import (
     CompactionPolicy,
     Summarizer,
     compact,
-    compact_payload,
-    failure_payload,
+    compacted_memory,
+    compaction_failure,
     plan_auto_compaction,
 )
 from app.runtime.errors import SeqConflict
-from app.runtime.events import Event, EventType, NewEvent
+from app.runtime.event_payloads import BreakerReset
+from app.runtime.events import Event, NewEvent
 from app.runtime.ports import IdempotencyToken
 from app.runtime.service import Loaded, SessionRuntime
 
@@ -42,11 +43,14 @@ async def auto_compact(
     loaded = loaded or await runtime.load(tenant_id, session_id)
     if loaded.session.active_run_id:
         return
-    events = await plan_auto_compaction(loaded.state, policy_of(loaded.session.agent), summarizer)
-    if events:
+    planned = await plan_auto_compaction(loaded.state, policy_of(loaded.session.agent), summarizer)
+    if planned:
         try:
             await runtime.store.append_events(
-                tenant_id, session_id, events=events, expected_seq=loaded.session.last_seq
+                tenant_id,
+                session_id,
+                events=[p.event() for p in planned],
+                expected_seq=loaded.session.last_seq,
             )
         except SeqConflict:
             pass  # someone wrote meanwhile; the next turn or run compacts
@@ -78,7 +82,7 @@ async def compact_session(
         events: list[NewEvent] = []
         state = loaded.state
         if reset_breaker:
-            events.append(NewEvent(EventType.MEMORY_COMPRESS, {"kind": "breaker_reset"}))
+            events.append(BreakerReset().event())
             state = state.copy()
             state.breaker = {"consecutive_failures": 0, "open": False}
         result: dict[str, Any] | None = None
@@ -87,12 +91,10 @@ async def compact_session(
             try:
                 done = await compact(state, policy, summarizer, strategy=strategy)
                 result = done.result
-                events.append(NewEvent(EventType.MEMORY_COMPRESS, compact_payload(done)))
+                events.append(compacted_memory(done).event())
             except CompactionFailed as exc:
                 failed = exc
-                events.append(
-                    NewEvent(EventType.MEMORY_COMPRESS, failure_payload(state, policy, exc.detail))
-                )
+                events.append(compaction_failure(state, policy, exc.detail).event())
         try:
             await runtime.store.append_events(
                 tenant_id,

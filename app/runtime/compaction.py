@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.runtime.errors import AgentSessionError
-from app.runtime.events import EventType, NewEvent
+from app.runtime.event_payloads import CompactionFailure, CompactResult, MemoryCompacted
 from app.runtime.memory import estimate_tokens, item_text
 from app.runtime.projector import evict_to_window
 from app.runtime.state import SessionState
@@ -52,7 +52,7 @@ class Summarizer(Protocol):
 class Compacted:
     items: list[dict[str, Any]]
     summary: str | None
-    result: dict[str, Any]
+    result: CompactResult
 
 
 def _boundary_cut(items: list[dict[str, Any]], keep_last: int) -> int:
@@ -68,7 +68,7 @@ def _result(
     items: list[dict[str, Any]],
     summary: str | None,
     removed: int,
-) -> dict[str, Any]:
+) -> CompactResult:
     return {
         "strategy": strategy,
         "trigger": trigger,
@@ -153,9 +153,9 @@ async def compact(
 
 async def plan_auto_compaction(
     state: SessionState, policy: CompactionPolicy, summarizer: Summarizer
-) -> list[NewEvent]:
-    """The MEMORY_COMPRESS event automatic compaction calls for now (none below threshold
-    or while the breaker is open)."""
+) -> list[MemoryCompacted | CompactionFailure]:
+    """The MEMORY_COMPRESS automatic compaction calls for now (none below threshold or while
+    the breaker is open); the caller makes it an event with its own run and turn."""
     if policy.threshold_tokens is None or state.breaker.get("open"):
         return []
     if state.estimated_tokens() <= policy.threshold_tokens:
@@ -163,27 +163,33 @@ async def plan_auto_compaction(
     try:
         done = await compact(state, policy, summarizer, trigger="auto")
     except CompactionFailed as exc:
-        return [NewEvent(EventType.MEMORY_COMPRESS, failure_payload(state, policy, exc.detail))]
+        return [compaction_failure(state, policy, exc.detail)]
     if done.result["items_removed"] == 0:
         return []  # nothing left to compact: projection keeps requests within budget
-    return [NewEvent(EventType.MEMORY_COMPRESS, compact_payload(done))]
+    return [compacted_memory(done)]
 
 
-def compact_payload(done: Compacted) -> dict[str, Any]:
-    return {
-        "kind": "compact",
-        "result": done.result,
-        "memory": {"items": done.items, "summary": done.summary},
-    }
+def compacted_memory(done: Compacted) -> MemoryCompacted:
+    """The record of a compaction: the new memory whole, so the fold installs it as is."""
+    return MemoryCompacted(
+        result=done.result, memory={"items": done.items, "summary": done.summary}
+    )
+
+
+def compaction_failure(
+    state: SessionState, policy: CompactionPolicy, error: str
+) -> CompactionFailure:
+    """The record of a failed compaction, carrying the breaker's next state."""
+    failures = int(state.breaker.get("consecutive_failures", 0)) + 1
+    return CompactionFailure(
+        error=error,
+        breaker={"consecutive_failures": failures, "open": failures >= policy.breaker_threshold},
+    )
 
 
 def failure_payload(state: SessionState, policy: CompactionPolicy, error: str) -> dict[str, Any]:
-    failures = int(state.breaker.get("consecutive_failures", 0)) + 1
-    return {
-        "kind": "compact_failed",
-        "error": error,
-        "breaker": {"consecutive_failures": failures, "open": failures >= policy.breaker_threshold},
-    }
+    """`compaction_failure` as it is stored (what the fold reads)."""
+    return compaction_failure(state, policy, error).to_payload()
 
 
 class ScriptedSummarizer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.runtime.event_payloads import ProjectionReport
 from app.runtime.memory import estimate_tokens
 from app.runtime.projector import cut_points
 
@@ -15,7 +16,16 @@ from app.runtime.projector import cut_points
 def project(
     items: list[dict[str, Any]], summary: str | None, budget: int | None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(items to send, projection report). `budget` None means no limit."""
+    """(items to send, projection report as its JSON). `budget` None means no limit."""
+    kept, report = projection(items, summary, budget)
+    return kept, report.to_payload()
+
+
+def projection(
+    items: list[dict[str, Any]], summary: str | None, budget: int | None
+) -> tuple[list[dict[str, Any]], ProjectionReport]:
+    """(items to send, projection report): the report is the MEMORY_COMPRESS payload a run
+    records when the projection dropped items."""
     before = estimate_tokens(items, summary)
     kept = items
     if budget is not None and before > budget:
@@ -27,16 +37,15 @@ def project(
             kept = items[cuts[-1] :]  # the newest interaction alone, even if over budget
     # Nothing cut (the common case): the estimate is the one just made, not a second pass.
     after = before if kept is items else estimate_tokens(kept, summary)
-    report = {
-        "kind": "projection",
-        "budget": budget,
-        "tokens_before": before,
-        "tokens_after": after,
-        "items_kept": len(kept),
-        "items_dropped": len(items) - len(kept),
-        "summary_kept": summary is not None,
-        "fits": budget is None or after <= budget,
-    }
+    report = ProjectionReport(
+        budget=budget,
+        tokens_before=before,
+        tokens_after=after,
+        items_kept=len(kept),
+        items_dropped=len(items) - len(kept),
+        summary_kept=summary is not None,
+        fits=budget is None or after <= budget,
+    )
     return kept, report
 
 

@@ -1,7 +1,9 @@
 """The event vocabulary and the event records the runtime reads and writes.
 
 The type strings are the DESIGN vocabulary exactly; they are what is stored, so a rename
-must keep the old string readable (see `MEMORY_EVENT_TYPES` in the projector).
+must keep the old string readable (see `MEMORY_EVENT_TYPES` in the projector). Each type's
+payload is built by its model in `app.runtime.event_payloads`, never as a dict at the call
+site.
 """
 
 from __future__ import annotations

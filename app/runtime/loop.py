@@ -16,16 +16,18 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from app.runtime import event_payloads as ev
 from app.runtime.compaction import CompactionPolicy, Summarizer, plan_auto_compaction
-from app.runtime.context import project
+from app.runtime.context import projection
 from app.runtime.errors import AgentSessionError
-from app.runtime.events import EventType, NewEvent
+from app.runtime.events import NewEvent
 from app.runtime.memory import estimate_tokens
 from app.runtime.models.base import (
     CONTINUATION_INSTRUCTION,
     ModelClient,
     ModelRequest,
     ModelResponse,
+    ToolCallRequest,
     ToolSpec,
 )
 from app.runtime.ports import AppendResult
@@ -132,7 +134,7 @@ class LoopController:
             turn_id = f"{self.run_id}.t{self.turns}"
             state = await self._compacted_state(turn_id, unchanged)
             unchanged = None
-            items, report = project(state.items, state.summary, self.opts.context_budget)
+            items, report = projection(state.items, state.summary, self.opts.context_budget)
             request = ModelRequest(
                 model=self.opts.model or "",
                 instructions=self._instructions(state),
@@ -141,27 +143,22 @@ class LoopController:
                 continuation=continuation,
                 continuation_count=self.followups,
                 # Without a summary, the projection's estimate is exactly the items' one.
-                items_tokens=report["tokens_after"] if state.summary is None else None,
+                items_tokens=report.tokens_after if state.summary is None else None,
             )
             opening = [
-                NewEvent(EventType.STEP_START, {"turn": self.turns}, self.run_id, turn_id),
-                NewEvent(
-                    EventType.MODEL_REQUEST,
-                    {
-                        "model": request.model,
-                        "items": len(request.items),
-                        "estimated_tokens": report["tokens_after"],
-                        "budget": self.opts.context_budget,
-                        "tools": [t.name for t in request.tools],
-                        "continuation": continuation is not None,
-                    },
-                    self.run_id,
-                    turn_id,
-                ),
+                ev.StepStart(turn=self.turns).event(run_id=self.run_id, turn_id=turn_id),
+                ev.ModelRequest(
+                    model=request.model,
+                    items=len(request.items),
+                    estimated_tokens=report.tokens_after,
+                    budget=self.opts.context_budget,
+                    tools=[t.name for t in request.tools],
+                    continuation=continuation is not None,
+                ).event(run_id=self.run_id, turn_id=turn_id),
             ]
-            if report["items_dropped"]:
+            if report.items_dropped:
                 # The prompt was shaped; memory was not: a projection report, not a compaction.
-                opening.append(NewEvent(EventType.MEMORY_COMPRESS, report, self.run_id, turn_id))
+                opening.append(report.event(run_id=self.run_id, turn_id=turn_id))
             await self.write(opening, self._progress())
             try:
                 response = await self.model.complete(request, self._delta(turn_id))
@@ -179,12 +176,9 @@ class LoopController:
                 continuation = CONTINUATION_INSTRUCTION
                 await self.write(
                     [
-                        NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id),
-                        NewEvent(
-                            EventType.AUTO_CONTINUE,
-                            {"followup": self.followups, "instruction": continuation},
-                            self.run_id,
-                            turn_id,
+                        ev.StepEnd(turn=self.turns).event(run_id=self.run_id, turn_id=turn_id),
+                        ev.AutoContinue(followup=self.followups, instruction=continuation).event(
+                            run_id=self.run_id, turn_id=turn_id
                         ),
                     ],
                     self._progress(),
@@ -198,11 +192,11 @@ class LoopController:
         state = current if current is not None else await self.load()
         if self.opts.summarizer is None:
             return state
-        events = await plan_auto_compaction(state, self.opts.compaction, self.opts.summarizer)
-        if not events:
+        planned = await plan_auto_compaction(state, self.opts.compaction, self.opts.summarizer)
+        if not planned:
             return state
         await self.write(
-            [NewEvent(e.type, e.payload, self.run_id, turn_id) for e in events], self._progress()
+            [p.event(run_id=self.run_id, turn_id=turn_id) for p in planned], self._progress()
         )
         return await self.load()
 
@@ -249,7 +243,7 @@ class LoopController:
         items: list[dict[str, Any]] = []
         if response.text:
             items.append({"type": "message", "role": "assistant", "content": response.text})
-        kinds: dict[str, str] = {}
+        kinds: dict[str, ev.CallKind] = {}
         for call in response.tool_calls:
             items.append(
                 {
@@ -261,36 +255,29 @@ class LoopController:
             )
             kinds[call.call_id] = self._kind(call.name)
         events = [
-            NewEvent(
-                EventType.MODEL_RESPONSE,
-                {
-                    "text": response.text,
-                    "tool_calls": [
-                        {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
-                        for c in response.tool_calls
-                    ],
-                    "usage": response.usage,
-                    "finish_reason": response.finish_reason,
-                },
-                self.run_id,
-                turn_id,
-            )
+            ev.ModelResponse(
+                text=response.text,
+                tool_calls=[_call_ref(c) for c in response.tool_calls],
+                usage=response.usage,
+                finish_reason=response.finish_reason,
+            ).event(run_id=self.run_id, turn_id=turn_id)
         ]
         if items:
             events.append(
-                NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": items}, self.run_id, turn_id)
+                ev.MemoryItemsAppended(items=items).event(run_id=self.run_id, turn_id=turn_id)
             )
         for call in response.tool_calls:
-            payload = {
-                "call_id": call.call_id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "kind": kinds[call.call_id],
-                "run_id": self.run_id,
-            }
-            events.append(NewEvent(EventType.TOOL_CALL, payload, self.run_id, turn_id))
-            if kinds[call.call_id] == "approval":
-                events.append(NewEvent(EventType.APPROVAL_REQUESTED, payload, self.run_id, turn_id))
+            tool_call = ev.ToolCall(
+                call_id=call.call_id,
+                name=call.name,
+                arguments=call.arguments,
+                kind=kinds[call.call_id],
+                run_id=self.run_id,
+            )
+            events.append(tool_call.event(run_id=self.run_id, turn_id=turn_id))
+            if tool_call.kind == "approval":
+                approval = ev.ApprovalRequested.of(tool_call)
+                events.append(approval.event(run_id=self.run_id, turn_id=turn_id))
         if not response.tool_calls and not response.needs_continuation:
             reason = (
                 StopReason.NEEDS_USER_INPUT
@@ -315,12 +302,12 @@ class LoopController:
                 StopReason.BLOCKED_BY_APPROVAL, turn_id, extra=results, pending=pending
             )
         await self.write(
-            [*results, NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id)],
+            [*results, ev.StepEnd(turn=self.turns).event(run_id=self.run_id, turn_id=turn_id)],
             self._progress(),
         )
         return None
 
-    def _kind(self, name: str) -> str:
+    def _kind(self, name: str) -> ev.CallKind:
         if any(t.name == name for t in self.opts.client_tools):
             return "client"
         if name in self.opts.approval_required:
@@ -351,13 +338,8 @@ class LoopController:
             return f"error: {exc}", True
 
     def _result(self, call_id: str, output: str, is_error: bool, turn_id: str | None) -> NewEvent:
-        item = {"type": "function_call_output", "call_id": call_id, "output": output}
-        return NewEvent(
-            EventType.TOOL_RESULT,
-            {"item": item, "call_id": call_id, "is_error": is_error},
-            self.run_id,
-            turn_id,
-        )
+        result = ev.ToolResult.answering(call_id, output, is_error=is_error)
+        return result.event(run_id=self.run_id, turn_id=turn_id)
 
     async def _settle_decided_calls(self) -> SessionState | None:
         """Before the first turn: run approved calls, answer rejected ones. Returns the state
@@ -391,50 +373,37 @@ class LoopController:
         pending: list[Any] | None = None,
         budget: str | None = None,
     ) -> Outcome:
+        ids = {"run_id": self.run_id, "turn_id": turn_id}
         events = list(extra or [])
-        events.append(NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id))
+        events.append(ev.StepEnd(turn=self.turns).event(**ids))
         if reason == StopReason.COMPLETED:
-            events.append(
-                NewEvent(EventType.FINAL_OUTPUT, {"text": output or ""}, self.run_id, turn_id)
-            )
-        stop: dict[str, Any] = {"stop_reason": str(reason)}
-        if pending:
-            stop["pending"] = [
-                {"call_id": c.call_id, "name": c.name, "arguments": c.arguments} for c in pending
-            ]
-        if budget:
-            stop["budget"] = budget
-        events.append(NewEvent(EventType.AUTO_STOP, stop, self.run_id, turn_id))
-        events.append(
-            NewEvent(
-                EventType.RUN_FINISHED,
-                {
-                    "status": "finished",
-                    "stop_reason": str(reason),
-                    "usage": dict(self.usage),
-                    "turns": self.turns,
-                },
-                self.run_id,
-                turn_id,
-            )
+            events.append(ev.FinalOutput(text=output or "").event(**ids))
+        stop = ev.AutoStop(
+            stop_reason=str(reason),
+            pending=[_call_ref(c) for c in pending] if pending else None,
+            budget=budget or None,
         )
+        events.append(stop.event(**ids))
+        finished = ev.RunFinished(
+            status="finished", stop_reason=str(reason), usage=dict(self.usage), turns=self.turns
+        )
+        events.append(finished.event(**ids))
         return Outcome(status="finished", stop_reason=str(reason), output=output, events=events)
 
     def _failed(self, exc: AgentSessionError, turn_id: str) -> Outcome:
-        problem = {"code": exc.code, "detail": exc.detail}
+        error = ev.Error(code=exc.code, detail=exc.detail)
+        finished = ev.RunFinished(
+            status="failed", stop_reason=None, usage=dict(self.usage), turns=self.turns
+        )
+        ids = {"run_id": self.run_id, "turn_id": turn_id}
         events = [
-            NewEvent(EventType.ERROR, problem, self.run_id, turn_id),
-            NewEvent(EventType.STEP_END, {"turn": self.turns}, self.run_id, turn_id),
-            NewEvent(
-                EventType.RUN_FINISHED,
-                {
-                    "status": "failed",
-                    "stop_reason": None,
-                    "usage": dict(self.usage),
-                    "turns": self.turns,
-                },
-                self.run_id,
-                turn_id,
-            ),
+            error.event(**ids),
+            ev.StepEnd(turn=self.turns).event(**ids),
+            finished.event(**ids),
         ]
-        return Outcome(status="failed", stop_reason=None, error=problem, events=events)
+        return Outcome(status="failed", stop_reason=None, error=error.to_payload(), events=events)
+
+
+def _call_ref(call: ToolCallRequest) -> ev.CallRef:
+    """A model's tool call as the events name it."""
+    return {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}

@@ -70,6 +70,12 @@ class FunctionCallOutputItem(_Strict):
     output: str
 
 
+def tool_output_item(call_id: str, output: str) -> dict[str, Any]:
+    """The memory item answering tool call `call_id`: built here only, so every writer of a
+    tool's output (a run, a client, an interrupted call) stores the same shape."""
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
 MemoryItem = Annotated[
     MessageItem | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
 ]

@@ -37,7 +37,7 @@ from app.runtime.errors import (
     ProcessNotRunning,
     TooManyProcesses,
 )
-from app.runtime.events import EventType, NewEvent
+from app.runtime.event_payloads import ProcessExited, ProcessStarted
 from app.runtime.ports import IdempotencyToken
 from app.runtime.service import SessionRuntime
 from app.runtime.workspace import (
@@ -187,15 +187,14 @@ class ProcessManager:
         self, process: _Process, idempotency: IdempotencyToken | None = None
     ) -> None:
         assert process.proc is not None
-        payload = {
-            "process_id": process.process_id,
-            "pid": process.proc.pid,
-            "command": process.argv,
-            "workspace": process.workspace,
-            "run_id": process.run_id,
-            "started_at": process.started_at.isoformat(),
-        }
-        event = NewEvent(EventType.PROCESS_STARTED, payload, process.run_id)
+        event = ProcessStarted(
+            process_id=process.process_id,
+            pid=process.proc.pid,
+            command=process.argv,
+            workspace=process.workspace,
+            run_id=process.run_id,
+            started_at=process.started_at.isoformat(),
+        ).event(run_id=process.run_id)
         await self.runtime.append(
             process.tenant_id, process.session_id, [event], idempotency=idempotency
         )
@@ -274,23 +273,19 @@ class ProcessManager:
     async def _record_exit(self, process: _Process) -> None:
         data = redact(bytes(process.output), self.policy.secrets)
         tail = data[-self.policy.persisted_output_bytes :] if data else b""
-        payload = {
-            "process_id": process.process_id,
-            "pid": process.proc.pid if process.proc else None,
-            "exit_code": process.exit_code,
-            "reason": process.reason,
-            "output_bytes": len(data),
-            "output_cut_off": process.cut_off,
-            "output_offset": len(data) - len(tail),
-            "output": as_text(tail),
-            "finished_at": process.finished_at.isoformat() if process.finished_at else None,
-        }
+        exited = ProcessExited(
+            process_id=process.process_id,
+            pid=process.proc.pid if process.proc else None,
+            exit_code=process.exit_code,
+            reason=process.reason,
+            output_bytes=len(data),
+            output_cut_off=process.cut_off,
+            output_offset=len(data) - len(tail),
+            output=as_text(tail),
+            finished_at=process.finished_at.isoformat() if process.finished_at else None,
+        )
         try:
-            await self.runtime.append(
-                process.tenant_id,
-                process.session_id,
-                [NewEvent(EventType.PROCESS_EXITED, payload)],
-            )
+            await self.runtime.append(process.tenant_id, process.session_id, [exited.event()])
         except AgentSessionError as exc:  # the session was erased, or the event refused
             log.warning("could not record the end of process %s: %s", process.process_id, exc.code)
         log.info(

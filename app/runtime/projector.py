@@ -5,6 +5,10 @@ never edited in place), and an event type it
 does not know is skipped (old ledgers and newer writers never crash a reader). Only the
 memory event types of the DESIGN change memory; MODEL_RESPONSE contributes token usage, and
 PROCESS_STARTED / PROCESS_EXITED keep the session's process snapshots.
+
+Dispatch is one table, `HANDLERS`, from event type to the function that folds it. Handlers
+read the stored payload dicts with defaults rather than the payload models: a ledger holds
+payloads of every release, and folding a long one must not build an object per event.
 """
 
 from __future__ import annotations
@@ -15,26 +19,27 @@ from typing import Any
 from app.runtime.events import Event, EventType
 from app.runtime.state import SessionState
 
-Apply = Callable[[SessionState, dict[str, Any]], None]
+# Folds one event's payload into the state; the seq is for handlers that point back at it.
+Handler = Callable[[SessionState, dict[str, Any], int], None]
 
 
-def _append_items(state: SessionState, payload: dict[str, Any]) -> None:
+def _append_items(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     state.items.extend(payload.get("items") or [])
 
 
-def _append_item(state: SessionState, payload: dict[str, Any]) -> None:
+def _append_item(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     item = payload.get("item")
     if item is not None:
         state.items.append(item)
 
 
-def _tool_result(state: SessionState, payload: dict[str, Any]) -> None:
-    _append_item(state, payload)
+def _tool_result(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+    _append_item(state, payload, seq)
     item = payload.get("item") or {}
     state.pending.pop(item.get("call_id", ""), None)
 
 
-def _tool_call(state: SessionState, payload: dict[str, Any]) -> None:
+def _tool_call(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     call_id = payload.get("call_id")
     if call_id:
         state.pending[call_id] = {
@@ -46,7 +51,7 @@ def _tool_call(state: SessionState, payload: dict[str, Any]) -> None:
         }
 
 
-def _approval_decided(state: SessionState, payload: dict[str, Any]) -> None:
+def _approval_decided(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     call = state.pending.get(payload.get("call_id", ""))
     if call is not None:
         state.pending[payload["call_id"]] = {
@@ -56,7 +61,7 @@ def _approval_decided(state: SessionState, payload: dict[str, Any]) -> None:
         }
 
 
-def _replace_tool_output(state: SessionState, payload: dict[str, Any]) -> None:
+def _replace_tool_output(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     # Replace the item rather than edit it: states and snapshots share item dicts.
     call_id = payload.get("call_id")
     for index in range(len(state.items) - 1, -1, -1):
@@ -66,7 +71,7 @@ def _replace_tool_output(state: SessionState, payload: dict[str, Any]) -> None:
             return
 
 
-def _compress(state: SessionState, payload: dict[str, Any]) -> None:
+def _compress(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     # A projection report shaped one prompt and left memory alone; only a compact result
     # (kind "compact") rewrites memory. Failures and resets move the circuit breaker.
     kind = payload.get("kind")
@@ -83,9 +88,11 @@ def _compress(state: SessionState, payload: dict[str, Any]) -> None:
     state.summary = memory.get("summary")
     state.last_compact = payload.get("result")
     state.breaker = {"consecutive_failures": 0, "open": False}
+    if (payload.get("result") or {}).get("items_removed"):
+        state.truncated_through = seq  # what it removed is read back from the ledger
 
 
-def _restore(state: SessionState, payload: dict[str, Any]) -> None:
+def _restore(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     baseline = payload.get("state") or {}
     memory = baseline.get("memory") or {}
     state.items = list(memory.get("items") or [])
@@ -94,11 +101,11 @@ def _restore(state: SessionState, payload: dict[str, Any]) -> None:
     state.pending = {}  # the baseline replaces the calls those pending entries belonged to
 
 
-def _change_window(state: SessionState, payload: dict[str, Any]) -> None:
+def _change_window(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     state.max_items = payload.get("max_items")
 
 
-def _add_usage(state: SessionState, payload: dict[str, Any]) -> None:
+def _add_usage(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     usage = payload.get("usage") or {}
     for key in ("input_tokens", "output_tokens", "total_tokens"):
         value = usage.get(key)
@@ -154,36 +161,38 @@ def _forked(state: SessionState, payload: dict[str, Any], seq: int) -> None:
             state.processes[process_id] = {**process, "status": "restored", "reason": "forked"}
 
 
-# Handlers that also need the event's seq (to point back at the event that holds more).
-APPLY_AT: dict[str, Callable[[SessionState, dict[str, Any], int], None]] = {
-    EventType.PROCESS_STARTED: _process_started,
-    EventType.PROCESS_EXITED: _process_exited,
-    EventType.SESSION_FORKED: _forked,
-}
+def _windowed(handler: Handler) -> Handler:
+    """`handler`, then window eviction: for the types that can grow memory or shrink the
+    window, so memory is cut back to its window by the very event that overflowed it."""
 
-APPLY: dict[str, Apply] = {
-    EventType.USER_INPUT: _append_item,
-    EventType.MEMORY_ITEMS_APPENDED: _append_items,
-    EventType.TOOL_RESULT: _tool_result,
-    EventType.TOOL_CALL: _tool_call,
-    EventType.APPROVAL_DECIDED: _approval_decided,
+    def apply(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+        handler(state, payload, seq)
+        if state.max_items is not None:
+            before = len(state.items)
+            state.items = evict_to_window(state.items, state.max_items)
+            if len(state.items) < before:
+                state.truncated_through = seq
+
+    return apply
+
+
+# Every event type that changes state, and how; the others (and unknown ones) fold to no
+# change but the seq.
+HANDLERS: dict[str, Handler] = {
+    EventType.SESSION_FORKED: _forked,
+    EventType.SESSION_RESTORED: _windowed(_restore),
+    EventType.USER_INPUT: _windowed(_append_item),
+    EventType.MEMORY_ITEMS_APPENDED: _windowed(_append_items),
+    EventType.TOOL_RESULT: _windowed(_tool_result),
     EventType.TOOL_OUTPUT_REPLACED: _replace_tool_output,
     EventType.MEMORY_COMPRESS: _compress,
-    EventType.SESSION_RESTORED: _restore,
-    EventType.WINDOW_CHANGED: _change_window,
+    EventType.WINDOW_CHANGED: _windowed(_change_window),
     EventType.MODEL_RESPONSE: _add_usage,
+    EventType.TOOL_CALL: _tool_call,
+    EventType.APPROVAL_DECIDED: _approval_decided,
+    EventType.PROCESS_STARTED: _process_started,
+    EventType.PROCESS_EXITED: _process_exited,
 }
-
-# Event types that can change `memory` after window eviction runs.
-_WINDOWED = frozenset(
-    {
-        EventType.USER_INPUT,
-        EventType.MEMORY_ITEMS_APPENDED,
-        EventType.TOOL_RESULT,
-        EventType.SESSION_RESTORED,
-        EventType.WINDOW_CHANGED,
-    }
-)
 
 
 def cut_points(items: list[dict[str, Any]]) -> list[int]:
@@ -226,20 +235,9 @@ def apply_event(state: SessionState, event: Event) -> None:
     """Fold one event into `state` in place (callers own the state they pass)."""
     if event.seq <= state.seq:
         return  # already folded: a snapshot at or past this event covers it
-    at = APPLY_AT.get(event.type)
-    if at is not None:
-        at(state, event.payload, event.seq)
-    handler = APPLY.get(event.type)
+    handler = HANDLERS.get(event.type)
     if handler is not None:
-        handler(state, event.payload)
-        if event.type in _WINDOWED and state.max_items is not None:
-            before = len(state.items)
-            state.items = evict_to_window(state.items, state.max_items)
-            if len(state.items) < before:
-                state.truncated_through = event.seq
-        elif event.type == EventType.MEMORY_COMPRESS and event.payload.get("kind") == "compact":
-            if (event.payload.get("result") or {}).get("items_removed"):
-                state.truncated_through = event.seq
+        handler(state, event.payload, event.seq)
     state.seq = event.seq
 
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from app.logs import task_context
+from app.runtime import event_payloads as ev
 from app.runtime.agent import AgentSpec
 from app.runtime.compact import auto_compact
 from app.runtime.compaction import ModelSummarizer, ScriptedSummarizer, Summarizer
@@ -38,7 +39,7 @@ from app.runtime.errors import (
     ToolCallsPending,
     TooManyRequests,
 )
-from app.runtime.events import EventType, NewEvent
+from app.runtime.events import NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.models.base import ModelClient, ModelError, ToolSpec
 from app.runtime.observer import Observer
@@ -291,25 +292,21 @@ class RunManager:
         self, run_id: str, request: RunRequest, options: RunOptions
     ) -> list[NewEvent]:
         events = [
-            NewEvent(
-                EventType.RUN_STARTED,
-                {
-                    "input": request.input,
-                    "limits": {
-                        "max_total_turns": options.max_total_turns,
-                        "max_auto_followups": options.max_auto_followups,
-                        "max_tool_calls": options.max_tool_calls,
-                        "max_wall_seconds": options.max_wall_seconds,
-                        "max_tokens": options.max_tokens,
-                    },
-                    "client_tools": [t.name for t in options.client_tools],
+            ev.RunStarted(
+                input=request.input,
+                limits={
+                    "max_total_turns": options.max_total_turns,
+                    "max_auto_followups": options.max_auto_followups,
+                    "max_tool_calls": options.max_tool_calls,
+                    "max_wall_seconds": options.max_wall_seconds,
+                    "max_tokens": options.max_tokens,
                 },
-                run_id,
-            )
+                client_tools=[t.name for t in options.client_tools],
+            ).event(run_id=run_id)
         ]
         if request.input is not None:
             item = {"type": "message", "role": "user", "content": request.input}
-            events.append(NewEvent(EventType.USER_INPUT, {"item": item}, run_id))
+            events.append(ev.UserInput(item=item).event(run_id=run_id))
         return events
 
     def resolve_options(self, agent: dict[str, Any], request: RunRequest) -> RunOptions:
@@ -442,8 +439,8 @@ class RunManager:
         if isinstance(exc, AgentSessionError):
             problem = {"code": exc.code, "detail": exc.detail}
         events = [
-            NewEvent(EventType.ERROR, problem, run.run_id),
-            NewEvent(EventType.RUN_FINISHED, {"status": "failed", "stop_reason": None}, run.run_id),
+            ev.Error(**problem).event(run_id=run.run_id),
+            ev.RunFinished(status="failed", stop_reason=None).event(run_id=run.run_id),
         ]
         with contextlib.suppress(RunFenced):
             await self._write(
@@ -627,25 +624,11 @@ class RunManager:
         events: list[NewEvent] = []
         for call_id, call in state.pending.items():
             if call.get("run_id") == run_id and call.get("kind") == "server":
-                item = {
-                    "type": "function_call_output",
-                    "call_id": call_id,
-                    "output": INTERRUPTED_OUTPUT,
-                }
-                events.append(
-                    NewEvent(
-                        EventType.TOOL_RESULT,
-                        {"item": item, "call_id": call_id, "is_error": True},
-                        run_id,
-                    )
-                )
+                result = ev.ToolResult.answering(call_id, INTERRUPTED_OUTPUT, is_error=True)
+                events.append(result.event(run_id=run_id))
         stop = str(StopReason.INTERRUPTED)
-        events.append(
-            NewEvent(EventType.AUTO_STOP, {"stop_reason": stop, "reason": reason}, run_id)
-        )
-        events.append(
-            NewEvent(EventType.RUN_FINISHED, {"status": "interrupted", "stop_reason": stop}, run_id)
-        )
+        events.append(ev.AutoStop(stop_reason=stop, reason=reason).event(run_id=run_id))
+        events.append(ev.RunFinished(status="interrupted", stop_reason=stop).event(run_id=run_id))
         await self.store.close_fenced_run(tenant_id, run_id, events=events)
         began = run.started_at or run.created_at
         self.runtime.observer.run_finished(
@@ -810,17 +793,12 @@ def answer_events(
         if replace:
             if call_id not in answered:
                 raise NothingPending(f"call {call_id!r} has no output to replace")
-            events.append(
-                NewEvent(EventType.TOOL_OUTPUT_REPLACED, {"call_id": call_id, "output": output})
-            )
+            events.append(ev.ToolOutputReplaced(call_id=call_id, output=output).event())
             continue
         call = loaded.state.pending.get(call_id)
         if call is None or call.get("kind") != "client":
             raise NothingPending(f"call {call_id!r} is not a pending client tool call")
-        item = {"type": "function_call_output", "call_id": call_id, "output": output}
-        events.append(
-            NewEvent(EventType.TOOL_RESULT, {"item": item, "call_id": call_id, "is_error": False})
-        )
+        events.append(ev.ToolResult.answering(call_id, output, is_error=False).event())
     return events
 
 
@@ -838,8 +816,10 @@ def approval_events(
     call = loaded.state.pending.get(call_id)
     if call is None or call.get("kind") != "approval" or call.get("decision") is not None:
         raise NothingPending(f"call {call_id!r} is not waiting for an approval")
-    payload = {"call_id": call_id, "decision": decision, "reason": reason, "name": call.get("name")}
-    return [NewEvent(EventType.APPROVAL_DECIDED, payload)]
+    decided = ev.ApprovalDecided(
+        call_id=call_id, decision=decision, reason=reason, name=call.get("name")
+    )
+    return [decided.event()]
 
 
 async def append_checked(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from app.runtime import event_payloads as ev
 from app.runtime.errors import (
     BindingMismatch,
     IdempotencyKeyReused,
@@ -233,13 +234,16 @@ class SessionRuntime:
             root_session_id=parent.root_session_id if parent is not None else None,
             parent_session_id=parent.session_id if parent is not None else None,
         )
-        payload: dict[str, Any] = {"metadata": metadata, "agent": agent, "binding": binding}
-        if parent is not None:
-            payload["parent_session_id"] = parent.session_id
-            payload["root_session_id"] = parent.root_session_id
-        events = [NewEvent(EventType.SESSION_CREATED, payload)]
+        created = ev.SessionCreated(
+            metadata=metadata,
+            agent=agent,
+            binding=binding,
+            parent_session_id=parent.session_id if parent is not None else None,
+            root_session_id=parent.root_session_id if parent is not None else None,
+        )
+        events = [created.event()]
         if max_items is not None:
-            events.append(NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items}))
+            events.append(ev.WindowChanged(max_items=max_items).event())
         result = await self.store.create_session(
             tenant_id, session=new, events=events, idempotency=idempotency
         )
@@ -264,9 +268,9 @@ class SessionRuntime:
         events: list[NewEvent] = []
         if metadata is not None:
             check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
-            events.append(NewEvent(EventType.METADATA_UPDATED, {"patch": metadata}))
+            events.append(ev.MetadataUpdated(patch=metadata).event())
         if window is not None:
-            events.append(NewEvent(EventType.WINDOW_CHANGED, {"max_items": window[0]}))
+            events.append(ev.WindowChanged(max_items=window[0]).event())
         if not events:
             raise InvalidRequest("nothing to change: give metadata, max_items or clear_window")
         return await self.store.append_events(
@@ -297,7 +301,7 @@ class SessionRuntime:
         return await self.store.append_events(
             tenant_id,
             session_id,
-            events=[NewEvent(EventType.WINDOW_CHANGED, {"max_items": max_items})],
+            events=[ev.WindowChanged(max_items=max_items).event()],
         )
 
     async def append_items(
@@ -318,7 +322,7 @@ class SessionRuntime:
         return await self.store.append_events(
             tenant_id,
             session_id,
-            events=[NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": clean})],
+            events=[ev.MemoryItemsAppended(items=clean).event()],
             expected_seq=expected_seq,
             idempotency=idempotency,
         )
@@ -334,9 +338,7 @@ class SessionRuntime:
         """Write a `save` snapshot row and SESSION_SAVED (412 semantics via `if_match`)."""
 
         def events(loaded: Loaded) -> list[NewEvent]:
-            return [
-                NewEvent(EventType.SESSION_SAVED, {"snapshot_seq": loaded.session.last_seq + 1})
-            ]
+            return [ev.SessionSaved(snapshot_seq=loaded.session.last_seq + 1).event()]
 
         return await self._append_with_snapshot(
             tenant_id, session_id, "save", events, if_match=if_match, idempotency=idempotency
@@ -355,7 +357,7 @@ class SessionRuntime:
         clean = validate_recovery_object(recovery, max_inline_bytes=self.limits.max_inline_bytes)
 
         def events(_: Loaded) -> list[NewEvent]:
-            return [NewEvent(EventType.SESSION_RESTORED, {"state": clean})]
+            return [ev.SessionRestored(state=clean).event()]
 
         return await self._append_with_snapshot(
             tenant_id, session_id, "restore", events, if_match=if_match, idempotency=idempotency
@@ -376,12 +378,14 @@ class SessionRuntime:
                 raise BindingMismatch(
                     "the session is bound elsewhere", stored_binding=loaded.session.binding
                 )
-            payload = {"resumed_at_seq": loaded.session.last_seq, "binding": loaded.session.binding}
+            resumed = ev.SessionResumed(
+                resumed_at_seq=loaded.session.last_seq, binding=loaded.session.binding
+            )
             try:
                 result = await self.store.append_events(
                     tenant_id,
                     session_id,
-                    events=[NewEvent(EventType.SESSION_RESUMED, payload)],
+                    events=[resumed.event()],
                     expected_seq=loaded.session.last_seq,
                     idempotency=idempotency,
                 )
@@ -429,14 +433,13 @@ class SessionRuntime:
             check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
         base = await self.state_at(tenant_id, session_id, at)
         child_id = new_session_id or str(uuid.uuid4())
-        payload: dict[str, Any] = {
-            "parent_session_id": session_id,
-            "forked_from_seq": at,
-            "root_session_id": source.root_session_id,
-        }
-        if rebind and binding != source.binding:
-            payload["rebound_to"] = binding  # the ledger says where the child was moved
-        forked = NewEvent(EventType.SESSION_FORKED, payload)
+        forked = ev.SessionForked(
+            parent_session_id=session_id,
+            forked_from_seq=at,
+            root_session_id=source.root_session_id,
+            # the ledger says where the child was moved
+            rebound_to=binding if rebind and binding != source.binding else None,
+        ).event()
         child_state = _fold_new(base, [forked], session_id=child_id)
         result = await self.store.fork_session(
             tenant_id,

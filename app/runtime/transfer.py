@@ -89,6 +89,8 @@ def _event_of(data: Any, number: int, *, expected_seq: int) -> NewEvent:
     payload = data.get("payload")
     if not isinstance(payload, dict):
         raise InvalidRequest(f"line {number}: payload must be an object")
+    # Copied as stored, not rebuilt from a payload model: an export may hold older payload
+    # shapes and types this release does not know, and the import must keep them all.
     return NewEvent(kind, payload, run_id=data.get("run_id"), turn_id=data.get("turn_id"))
 
 

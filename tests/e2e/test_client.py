@@ -34,6 +34,7 @@ from app.api.schemas import (
     ContinueRead,
     DelegateRead,
     EventList,
+    EventTypeList,
     MemoryView,
     ProcessList,
     ProcessLogs,
@@ -60,6 +61,7 @@ from app.client import (
     SessionClient,
     ValidationError,
 )
+from app.runtime.events import EventType
 from app.store.store import AgentSessionStore
 from tests.conftest import ROOT, Server, TenantKey, make_tenant, start_server, stop_server
 from tests.sse.conftest import SSE_ENV
@@ -104,6 +106,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", P + "/stop"): ("stop_process",),
     ("GET", "/v1/tools"): ("list_tools",),
     ("GET", "/v1/agents"): ("list_agents",),
+    ("GET", "/v1/event-types"): ("list_event_types",),
     ("GET", S + "/events/stream"): ("stream_events",),
     ("GET", "/v1/events/stream"): ("stream_tenant_events",),
     ("POST", "/v1/stream-tokens"): ("create_stream_token",),
@@ -387,6 +390,9 @@ async def test_async_client_calls_every_method(
         agents = await asr.list_agents()
         assert isinstance(agents, AgentList) and [a.name for a in agents.data] == ["helper"]
         assert agents.data[0].agent.tools == ["echo"]
+        event_types = await asr.list_event_types()
+        assert isinstance(event_types, EventTypeList)
+        assert [t.type for t in event_types.data] == [str(t) for t in EventType]
 
         # streams
         token = await asr.create_stream_token(session_id=sid, ttl_seconds=60)
