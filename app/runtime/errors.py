@@ -27,6 +27,7 @@ knows about HTTP.
     │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
     │   ├── InvalidCursor            (a malformed stream cursor)
     │   │   └── CursorOutOfRange     (beyond the session's last seq)
+    │   ├── JsonTooDeep              (JSON nested deeper than the limit)
     │   └── PayloadTooLarge
     ├── TooManyRequests          (429, with Retry-After)
     │   └── TooManyProcesses     (the tenant's live processes on this server)
@@ -234,6 +235,15 @@ class DelegationTooDeep(InvalidRequest):
             depth=depth,
             max_depth=max_depth,
         )
+
+
+class JsonTooDeep(InvalidRequest):
+    """A JSON value nested deeper than the service stores (readers would choke on it)."""
+
+    code = "json_too_deep"
+
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(f"JSON may be nested at most {max_depth} levels deep", max_depth=max_depth)
 
 
 class PayloadTooLarge(AgentSessionError):
