@@ -5,9 +5,9 @@ Content-Length over the cap at once, and counts the bytes of a chunked body as t
 answering 413 as soon as the count passes the cap; memory use is bounded by the cap.
 
 A JSON body that arrives whole is then scanned (`scan_json_bytes`, linear, no recursion)
-and refused with 422 when it nests deeper than `MAX_JSON_DEPTH` (`json_too_deep`): the parser
-and every later reader of a stored value walk it recursively, so depth has to be bounded
-before anything parses it.
+and refused with 422 when it nests deeper than `MAX_JSON_DEPTH` (`json_too_deep`) or holds
+NaN / Infinity (`non_finite_number`): the parser and every later reader of a stored value
+walk it recursively, so depth has to be bounded before anything parses it.
 """
 
 from __future__ import annotations

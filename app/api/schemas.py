@@ -49,9 +49,9 @@ class _Request(BaseModel):
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
         check_storable_text(data)
-        # Raises the domain error itself (not ValueError), so it passes through pydantic and
-        # answers with its own code (json_too_deep). The raw body was scanned already; this
-        # is the backstop for a value that did not arrive as one.
+        # Raises the domain errors themselves (not ValueError), so they pass through pydantic
+        # and answer with their own codes (json_too_deep, non_finite_number). The raw body was
+        # scanned already; this catches what only parsing shows, such as 1e999 (infinity).
         check_json_value(data)
         return data
 

@@ -28,6 +28,7 @@ knows about HTTP.
     │   ├── InvalidCursor            (a malformed stream cursor)
     │   │   └── CursorOutOfRange     (beyond the session's last seq)
     │   ├── JsonTooDeep              (JSON nested deeper than the limit)
+    │   ├── NonFiniteNumber          (NaN or Infinity: Python reads them, JSON has none)
     │   └── PayloadTooLarge
     ├── TooManyRequests          (429, with Retry-After)
     │   └── TooManyProcesses     (the tenant's live processes on this server)
@@ -244,6 +245,15 @@ class JsonTooDeep(InvalidRequest):
 
     def __init__(self, max_depth: int) -> None:
         super().__init__(f"JSON may be nested at most {max_depth} levels deep", max_depth=max_depth)
+
+
+class NonFiniteNumber(InvalidRequest):
+    """NaN, Infinity or -Infinity (or a literal too large for a double): not JSON numbers."""
+
+    code = "non_finite_number"
+
+    def __init__(self) -> None:
+        super().__init__("numbers must be finite: NaN, Infinity and -Infinity are not JSON")
 
 
 class PayloadTooLarge(AgentSessionError):

@@ -4,13 +4,14 @@ and the redaction walk handles any depth without RecursionError."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.runtime.errors import InvalidRequest, JsonTooDeep
+from app.runtime.errors import InvalidRequest, JsonTooDeep, NonFiniteNumber
 from app.runtime.json_limits import MAX_JSON_DEPTH, check_json_value, scan_json_bytes
 from app.runtime.redaction import MARKER, Redactor
 from app.runtime.transfer import EXPORT_FORMAT, parse_export
@@ -84,3 +85,17 @@ def test_an_imported_ledger_line_too_deep_is_refused_with_its_line_number() -> N
     line = '{"seq": 1, "type": "X", "payload": {"a": ' + "[" * 5000 + "]" * 5000 + "}}"
     with pytest.raises(InvalidRequest, match="line 2: JSON may be nested at most 64"):
         parse_export([header, line])
+
+
+@pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_finite_literals_are_refused_outside_strings_only(token: bytes) -> None:
+    with pytest.raises(NonFiniteNumber):
+        scan_json_bytes(b'{"a": [1, ' + token + b"]}")
+    scan_json_bytes(b'{"' + token + b'": "x\\"' + token + b'"}')
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf, float("1e999")])
+def test_non_finite_floats_are_refused_in_parsed_values(number: float) -> None:
+    with pytest.raises(NonFiniteNumber):
+        check_json_value({"a": [{"b": number}]})
+    check_json_value({"a": [1e308, -1e308, 10**400]})
