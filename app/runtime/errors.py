@@ -33,6 +33,7 @@ knows about HTTP.
     ├── TooManyRequests          (429, with Retry-After)
     │   └── TooManyProcesses     (the tenant's live processes on this server)
     ├── Unauthorized
+    ├── DatabaseUnavailable          (an outage: 503 with Retry-After; retrying may succeed)
     ├── TooManyStreams               (the tenant's cap on open streams; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
 """
@@ -284,6 +285,18 @@ class Unauthorized(AgentSessionError):
     def __init__(self) -> None:
         # One message for unknown, malformed and revoked keys: no oracle for which it was.
         super().__init__("missing or invalid API key")
+
+
+class DatabaseUnavailable(AgentSessionError):
+    """The database cannot be reached right now (refused, lost, pool exhausted): the request
+    did nothing the client can see, or nothing it cannot safely retry, and may succeed later."""
+
+    code = "database_unavailable"
+
+    def __init__(self, retry_after: int = 2) -> None:
+        super().__init__(
+            "the database is unavailable; retry after a moment", retry_after=retry_after
+        )
 
 
 class InvalidCursor(InvalidRequest):
