@@ -1,6 +1,11 @@
 """Per-request plumbing: the request id, the log context, the access log line and the HTTP
 metrics, in one pure ASGI middleware (one timing, one route lookup).
 
+It also keeps `asr_sse_streams_active`: a response that starts as `text/event-stream` counts
+as an open stream until the application's call returns, which it does however the stream
+ends (its last frame, a client disconnect or reset, a send timeout, shutdown). Counting here
+rather than in each route covers every stream (session, tenant and run streams) the same way.
+
 `X-Request-ID` is accepted from the client when it is short and plain (so a proxy's id
 follows the request through), generated otherwise, and returned on every response. The
 route label is the matched route's template (`/v1/sessions/{session_id}`), found after the
@@ -15,6 +20,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from starlette.routing import BaseRoute, Match
@@ -22,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import UNMATCHED_ROUTE, Metrics
 from app.logs import log_context
+from app.runtime.observer import sse_stream
 
 log = logging.getLogger("app.access")
 
@@ -56,6 +63,14 @@ def route_template(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
     return UNMATCHED_ROUTE
 
 
+def _is_event_stream(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's headers start a Server-Sent Events stream."""
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.lower().startswith(b"text/event-stream")
+    return False
+
+
 class AccessMiddleware:
     def __init__(
         self, app: ASGIApp, *, metrics: Metrics | None, routes: Sequence[BaseRoute] = ()
@@ -73,16 +88,20 @@ class AccessMiddleware:
         status = 500
         started = time.perf_counter()
 
+        open_stream = ExitStack()
+
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = list(message.get("headers") or [])
+                if self.metrics is not None and _is_event_stream(headers):
+                    open_stream.enter_context(sse_stream(self.metrics))
                 headers.append((b"x-request-id", request_id.encode()))
                 message = {**message, "headers": headers}
             await send(message)
 
-        with log_context(request_id=request_id) as context:
+        with log_context(request_id=request_id) as context, open_stream:
             try:
                 await self.app(scope, receive, send_with_id)
             finally:

@@ -1,15 +1,23 @@
-"""Request body cap, enforced before any JSON is parsed.
+"""Request body cap and JSON shape check, enforced before any JSON is parsed.
 
 FastAPI has no body limit of its own. This ASGI middleware refuses a declared
 Content-Length over the cap at once, and counts the bytes of a chunked body as they arrive,
 answering 413 as soon as the count passes the cap; memory use is bounded by the cap.
+
+A JSON body that arrives whole is then scanned (`scan_json_bytes`, linear, no recursion)
+and refused with 422 when it nests deeper than `MAX_JSON_DEPTH` (`json_too_deep`) or holds
+NaN / Infinity (`non_finite_number`): the parser and every later reader of a stored value
+walk it recursively, so depth has to be bounded before anything parses it.
 """
 
 from __future__ import annotations
 
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import problem_response
+from app.api.problems import MEDIA_TYPE, problem_body, problem_response
+from app.runtime.errors import InvalidRequest
+from app.runtime.json_limits import scan_json_bytes
 
 
 class BodyLimitMiddleware:
@@ -51,6 +59,14 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if _is_json(headers.get(b"content-type")):
+            try:
+                scan_json_bytes(body)
+            except InvalidRequest as exc:
+                refusal = problem_body(exc, scope.get("path"))
+                response = JSONResponse(refusal, status_code=422, media_type=MEDIA_TYPE)
+                await response(scope, receive, send)
+                return
         replayed = False
 
         async def replay() -> Message:
@@ -72,6 +88,11 @@ class BodyLimitMiddleware:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """Whether FastAPI will parse this body as JSON: no content type, or a JSON media type."""
+    return content_type is None or b"json" in content_type.lower()
 
 
 def _has_nul(scope: Scope) -> bool:

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.runtime import errors as e
 from app.runtime.compaction import CompactionFailed
 from app.runtime.models.base import ModelError
+from app.store.outage import OUTAGE_ERROR_TYPES, is_database_outage
 
 log = logging.getLogger("app.api")
 
@@ -38,6 +39,7 @@ STATUS_BY_ERROR: list[tuple[type[e.AgentSessionError], int, str]] = [
     (e.TooManyRequests, 429, "Too many requests"),
     (e.TooManyStreams, 429, "Too many requests"),
     (e.InvalidRequest, 422, "Invalid request"),
+    (e.DatabaseUnavailable, 503, "Service unavailable"),
 ]
 
 
@@ -86,7 +88,7 @@ def _status_of(exc: e.AgentSessionError) -> tuple[int, str]:
 def _headers_of(exc: e.AgentSessionError, status: int) -> dict[str, str] | None:
     if status == 401:
         return {"WWW-Authenticate": "Bearer"}
-    if status == 429:
+    if status in (429, 503):
         return {"Retry-After": str(exc.extra.get("retry_after", 1))}
     return None
 
@@ -95,6 +97,9 @@ def problem_body(exc: BaseException, instance: str | None) -> dict[str, Any]:
     """The problem document for `exc`, for places that cannot answer with a response (a
     stream that has already started sends it as its final frame)."""
     extra: dict[str, Any] = {}
+    if not isinstance(exc, e.AgentSessionError) and is_database_outage(exc):
+        log.warning("stream failed: database unavailable (%s)", type(exc).__name__)
+        exc = e.DatabaseUnavailable()
     if isinstance(exc, e.AgentSessionError):
         status, title = _status_of(exc)
         code, detail, extra = exc.code, exc.detail or None, exc.extra
@@ -126,6 +131,26 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
         headers=headers,
         **exc.extra,
     )
+
+
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """A 503 for a database outage; any other error of these classes stays a 500.
+
+    Registered for the driver's exception classes (not for Exception), so Starlette handles
+    it in its inner exception middleware: the response is sent and the exception ends there.
+    A 500 from the outer server-error middleware is re-raised to the server after the
+    response, and uvicorn then closes the keep-alive connection -- which an outage, where
+    every client retries, must not cause.
+    """
+    if not is_database_outage(exc):
+        raise exc  # to the outer handler: a 500, as for any other unexpected error
+    request_id = getattr(request.state, "request_id", None)
+    log.warning(
+        "database unavailable: %s",
+        type(exc).__name__,
+        extra={"request_id": request_id},
+    )
+    return await _domain_error(request, e.DatabaseUnavailable())
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -194,14 +219,17 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(e.AgentSessionError, _domain_error)
+    for outage_type in OUTAGE_ERROR_TYPES:
+        app.add_exception_handler(outage_type, _database_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
 
 
 # Any route may answer these: malformed JSON or bad parameters, a missing key, a body over
-# the cap (only routes with a body get one, but documenting it everywhere is harmless).
-ALWAYS = (400, 401, 413, 422)
+# the cap (only routes with a body get one, but documenting it everywhere is harmless), and
+# a database outage (503; even authentication reads the database).
+ALWAYS = (400, 401, 413, 422, 503)
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -226,4 +254,5 @@ _DESCRIPTIONS = {
     422: "Invalid request",
     429: "A per-tenant limit was reached (open streams, sessions, runs); see Retry-After",
     502: "The model or summarizer failed",
+    503: "The database is unavailable; see Retry-After",
 }

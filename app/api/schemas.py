@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.runtime.agent import AgentSpec
+from app.runtime.json_limits import check_json_value
 from app.runtime.memory import ContentPart, MemoryItem
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -48,6 +49,10 @@ class _Request(BaseModel):
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
         check_storable_text(data)
+        # Raises the domain errors themselves (not ValueError), so they pass through pydantic
+        # and answer with their own codes (json_too_deep, non_finite_number). The raw body was
+        # scanned already; this catches what only parsing shows, such as 1e999 (infinity).
+        check_json_value(data)
         return data
 
 

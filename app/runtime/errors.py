@@ -27,10 +27,13 @@ knows about HTTP.
     │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
     │   ├── InvalidCursor            (a malformed stream cursor)
     │   │   └── CursorOutOfRange     (beyond the session's last seq)
+    │   ├── JsonTooDeep              (JSON nested deeper than the limit)
+    │   ├── NonFiniteNumber          (NaN or Infinity: Python reads them, JSON has none)
     │   └── PayloadTooLarge
     ├── TooManyRequests          (429, with Retry-After)
     │   └── TooManyProcesses     (the tenant's live processes on this server)
     ├── Unauthorized
+    ├── DatabaseUnavailable          (an outage: 503 with Retry-After; retrying may succeed)
     ├── TooManyStreams               (the tenant's cap on open streams; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
 """
@@ -241,6 +244,24 @@ class DelegationTooDeep(InvalidRequest):
         )
 
 
+class JsonTooDeep(InvalidRequest):
+    """A JSON value nested deeper than the service stores (readers would choke on it)."""
+
+    code = "json_too_deep"
+
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(f"JSON may be nested at most {max_depth} levels deep", max_depth=max_depth)
+
+
+class NonFiniteNumber(InvalidRequest):
+    """NaN, Infinity or -Infinity (or a literal too large for a double): not JSON numbers."""
+
+    code = "non_finite_number"
+
+    def __init__(self) -> None:
+        super().__init__("numbers must be finite: NaN, Infinity and -Infinity are not JSON")
+
+
 class PayloadTooLarge(AgentSessionError):
     code = "payload_too_large"
 
@@ -269,6 +290,18 @@ class Unauthorized(AgentSessionError):
     def __init__(self) -> None:
         # One message for unknown, malformed and revoked keys: no oracle for which it was.
         super().__init__("missing or invalid API key")
+
+
+class DatabaseUnavailable(AgentSessionError):
+    """The database cannot be reached right now (refused, lost, pool exhausted): the request
+    did nothing the client can see, or nothing it cannot safely retry, and may succeed later."""
+
+    code = "database_unavailable"
+
+    def __init__(self, retry_after: int = 2) -> None:
+        super().__init__(
+            "the database is unavailable; retry after a moment", retry_after=retry_after
+        )
 
 
 class InvalidCursor(InvalidRequest):

@@ -139,14 +139,38 @@ class Redactor:
         return value
 
     def value(self, value: Any) -> Any:
-        """Redact every string inside a JSON value (keys included), returning a new value."""
+        """Redact every string inside a JSON value (keys included), returning a new value.
+
+        Iterative, with an explicit stack: the values come from clients, and a recursive walk
+        would let one nested deeply enough end the request in a RecursionError (a 500).
+        """
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(k): self.value(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.value(v) for v in value]
-        return value
+        if not isinstance(value, dict | list):
+            return value
+        text = self.text
+        root: dict[str, Any] | list[Any] = {} if isinstance(value, dict) else []
+        stack: list[tuple[Any, Any]] = [(value, root)]
+        while stack:
+            source, target = stack.pop()
+            pairs = source.items() if isinstance(source, dict) else enumerate(source)
+            for key, item in pairs:
+                if isinstance(item, str):
+                    copy: Any = text(item)
+                elif isinstance(item, dict):
+                    copy = {}
+                    stack.append((item, copy))
+                elif isinstance(item, list):
+                    copy = []
+                    stack.append((item, copy))
+                else:
+                    copy = item
+                # Children are filled in later, in place, so key order stays the source's.
+                if isinstance(target, dict):
+                    target[text(key)] = copy
+                else:
+                    target.append(copy)
+        return root
 
 
 def _keep_group_1(match: re.Match[str]) -> str:

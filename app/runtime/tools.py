@@ -139,7 +139,7 @@ def check_arguments(schema: dict[str, Any], raw: str) -> dict[str, Any]:
     """Parse and check arguments against the (flat) schema; raises ToolError."""
     try:
         args = json.loads(raw or "{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # the parser recurses: a deep value is refused
         raise ToolError("arguments are not valid JSON") from exc
     if not isinstance(args, dict):
         raise ToolError("arguments must be a JSON object")

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.runtime.errors import InvalidRequest
 from app.runtime.events import NewEvent
+from app.runtime.json_limits import scan_json_bytes
 from app.runtime.ports import NewSession, SessionStore
 from app.runtime.service import Loaded, SessionRuntime
 
@@ -62,9 +63,12 @@ def parse_export(lines: Iterable[str]) -> tuple[dict[str, Any], list[NewEvent]]:
         if not line.strip():
             continue
         try:
+            scan_json_bytes(line.encode())  # before the (recursive) parser sees it
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidRequest(f"line {number}: not JSON ({exc.msg})") from None
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"line {number}: {exc.detail}", **exc.extra) from None
         if header is None:
             if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
                 raise InvalidRequest(f"line {number}: expected a {EXPORT_FORMAT} header")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -301,7 +300,6 @@ async def test_timeline_on_replica_a_fills_live_with_a_run_started_on_replica_b(
     async with httpx.AsyncClient(
         base_url=replica_b.base_url, headers=tenant.headers, timeout=15
     ) as b:
-        started = time.monotonic()
         response = await b.post(
             f"/v1/sessions/{sid}/runs", json={"input": "[words:30]", "mode": "background"}
         )
@@ -310,7 +308,6 @@ async def test_timeline_on_replica_a_fills_live_with_a_run_started_on_replica_b(
         await expect(row(page, "RUN_FINISHED").locator(".summary")).to_have_text(
             "finished · COMPLETED"
         )
-        elapsed = time.monotonic() - started
         await expect(row(page, "FINAL_OUTPUT").locator(".summary")).to_have_text(WORDS_30)
         ledger = (await b.get(f"/v1/sessions/{sid}/events", params={"limit": 100})).json()
 
@@ -324,4 +321,3 @@ async def test_timeline_on_replica_a_fills_live_with_a_run_started_on_replica_b(
     # Deltas are ephemeral and local to the replica that runs the model: none reach A.
     await expect(page.locator(".event.live")).to_have_count(0)
     await expect(page.locator("#run-stop")).to_have_text("COMPLETED")
-    assert elapsed < 10, elapsed

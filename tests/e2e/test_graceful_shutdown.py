@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -77,16 +76,14 @@ async def test_sigterm_mid_run_ends_streams_with_a_final_frame_and_loses_nothing
                     json={"input": "[sleep:1000] short", "mode": "background"},
                 )
                 assert short.status_code == 202
-                signalled_at = time.monotonic()
                 a.process.send_signal(signal.SIGTERM)
                 frames = await asyncio.wait_for(reader, 15)
-            code = await asyncio.to_thread(a.process.wait, 25)
-            elapsed = time.monotonic() - signalled_at
+            code = await asyncio.to_thread(a.process.wait, 25)  # bounded: a hung exit fails
 
             last = frames[-1]
             assert last.get("event") == "shutdown" and "id" not in last, frames[-3:]
             assert json.loads(last["data"])["reconnect"] is True
-            assert code in (0, -signal.SIGTERM) and elapsed < 20, a.log()[-3000:]
+            assert code in (0, -signal.SIGTERM), a.log()[-3000:]
 
             runs = (await on_b.get(f"/v1/sessions/{long_sid}/runs")).json()["data"]
             assert [(r["status"], r["stop_reason"]) for r in runs] == [

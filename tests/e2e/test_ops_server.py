@@ -147,16 +147,13 @@ def test_sigterm_sets_the_shutdown_event_and_exits_cleanly(
     try:
         response = httpx.get(server.base_url + "/healthz", headers={"X-Request-ID": "probe-1"})
         assert response.headers["x-request-id"] == "probe-1"
-        started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
-        code = server.process.wait(timeout=25)
-        elapsed = time.monotonic() - started
+        code = server.process.wait(timeout=25)  # bounded: a hung exit fails here
     finally:
         if server.process.poll() is None:
             server.process.kill()
     # uvicorn re-raises the captured signal once it has shut down cleanly.
     assert code in (0, -signal.SIGTERM), server.log()[-3000:]
-    assert elapsed < 20
     lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
     messages = [entry["msg"] for entry in lines]
     assert "shutdown requested: draining" in messages

@@ -162,7 +162,7 @@ class OpenAICompatibleModel:
         for call in tool_calls:
             try:
                 json.loads(call.arguments)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # nested too deep for the parser
                 raise ModelError(f"the model sent malformed arguments for {call.name}") from exc
         return ModelResponse(
             text="".join(text),

@@ -62,7 +62,7 @@ def parse_directives(raw: str) -> Directives:
                 obj, used = json.JSONDecoder().raw_decode(tail)
                 args = json.dumps(obj)
                 pos = len(raw) - len(tail) + used
-            except ValueError:
+            except (ValueError, RecursionError):  # a client's input can nest past the parser
                 pass
         end = raw.find("]", pos)
         if end != -1:
