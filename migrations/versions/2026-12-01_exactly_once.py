@@ -9,7 +9,7 @@ PostgreSQL: the stored functions are installed from their sources
 (`app/store/postgres/functions/*.sql`); appends and run starts take the key (named
 parameters with defaults), and an append skips itself when its first event id is already in
 the ledger (a write token: a batch re-sent after a lost reply applies nothing twice). The
-functions of 0005–0007 whose signature changed are dropped first.
+functions of 0005-0007 whose signature changed are dropped first.
 
 Revision ID: 0008
 Revises: 0007
@@ -19,6 +19,7 @@ Create Date: 2026-12-01
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -67,7 +68,7 @@ def upgrade() -> None:
     install(op.execute)
 
 
-def _previous(filename: str) -> object:
+def _previous(filename: str) -> Any:
     """An earlier migration module, for its CREATE statements (they have no import name)."""
     path = Path(__file__).with_name(filename)
     spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
@@ -85,8 +86,8 @@ def downgrade() -> None:
         for name in ("RUN_START", "RUN_STEP", "SESSION_TAIL", "INSERT_EVENTS"):
             create = getattr(run_functions, name)
             op.execute(create.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
-        op.execute(getattr(_previous("2026-11-30_append_function.py"), "_CREATE"))
-        op.execute(getattr(_previous("2026-11-30_append_batch.py"), "_CREATE"))
+        op.execute(_previous("2026-11-30_append_function.py")._CREATE)
+        op.execute(_previous("2026-11-30_append_batch.py")._CREATE)
     op.execute("DELETE FROM idempotency_keys")
     with op.batch_alter_table("idempotency_keys") as batch:
         batch.drop_column("result")
