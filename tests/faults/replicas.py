@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,12 +38,6 @@ REPLICA_ENV = {
     "ASR_RUN_SWEEP_SECONDS": "0.5",
     "ASR_GRACEFUL_SHUTDOWN_SECONDS": "2",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
