@@ -23,7 +23,7 @@ from app.runtime.service import Limits, SessionRuntime
 from app.runtime.transfer import export_ledger, import_ledger, parse_export
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore
+from app.store.store import AgentSessionStore, store_for
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Toolkit:
 async def toolkit(settings: Settings) -> AsyncIterator[Toolkit]:
     """Store, runtime and accounts on one engine, disposed of on exit."""
     engine = make_engine(settings)
-    store = AgentSessionStore(engine, max_metadata_bytes=settings.max_metadata_bytes)
+    store = store_for(engine, max_metadata_bytes=settings.max_metadata_bytes)
     runtime = SessionRuntime(
         store,
         limits=Limits(

@@ -20,7 +20,7 @@ from app.runtime.retention import RetentionPolicy
 from app.settings import Settings
 from app.store.engine import make_engine, redacted_url
 from app.store.migrations import upgrade_head
-from app.store.store import AgentSessionStore
+from app.store.store import store_for
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +95,7 @@ def _with_accounts(settings: Settings, action: Callable[[Accounts], Awaitable[An
     async def run() -> Any:
         engine = make_engine(settings)
         try:
-            return await action(Accounts(AgentSessionStore(engine)))
+            return await action(Accounts(store_for(engine)))
         finally:
             await engine.dispose()
 

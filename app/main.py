@@ -50,7 +50,7 @@ from app.settings import Settings, get_settings
 from app.store.bus import make_bus
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
-from app.store.store import AgentSessionStore
+from app.store.store import store_for
 from app.tracing import configure_tracing
 from app.ui import router as ui_router
 
@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.blueprints = load_blueprints(settings.agents_file, known_tools=known)
         engine = make_engine(settings)
         redactor = Redactor(settings.redact_patterns)
-        store = AgentSessionStore(
+        store = store_for(
             engine,
             max_metadata_bytes=settings.max_metadata_bytes,
             idempotency_ttl_seconds=settings.idempotency_ttl_seconds,

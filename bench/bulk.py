@@ -68,7 +68,7 @@ async def fill(store: AgentSessionStore, tenant: str, session: str, lo: int, hi:
         end = min(hi, start + chunk - 1)
         async with store.write(tenant) as conn:
             part = {**params, "lo": start, "hi": end}
-            if store.is_postgres:
+            if store.dialect == "postgresql":
                 await conn.execute(_PG_EVENTS, part)
             else:
                 top = await store._reserve_positions(conn, end - start + 1)
@@ -142,7 +142,7 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
             "template": _TEMPLATE,
         }
         async with store.write(tenant) as conn:
-            if store.is_postgres:
+            if store.dialect == "postgresql":
                 await conn.execute(_PG_SCALE_SESSIONS, params)
                 await conn.execute(_PG_SCALE_EVENTS, params)
             else:

@@ -36,7 +36,7 @@ from app.runtime.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import AgentSessionStore
+from app.store.store import store_for
 
 _ID = re.compile(rb"\nid: (\d+)\r")
 _PHASE_SECONDS = 120.0
@@ -138,7 +138,7 @@ def _rss_mb(pid: int) -> float:
 async def _tenant_key(database_url: str) -> str:
     engine = make_engine(Settings(database_url=database_url))
     try:
-        accounts = Accounts(AgentSessionStore(engine))
+        accounts = Accounts(store_for(engine))
         name = f"bench-{os.getpid()}-{time.monotonic_ns()}"
         await accounts.create_tenant(name)
         raw, _ = await accounts.create_key(name)

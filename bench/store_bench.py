@@ -14,7 +14,7 @@ from app.runtime.ports import NewSession
 from app.runtime.service import SessionRuntime, _fold_new
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore
+from app.store.store import store_for
 from bench import bulk
 from bench.common import Figure, Sizes, median, new_event, per_call_ms
 from bench.raw import RawPostgres, RawSqlite, raw_for
@@ -28,7 +28,7 @@ class StoreBench:
         self.sizes = sizes
         self.log = log
         self.engine = make_engine(Settings(database_url=url))
-        self.store = AgentSessionStore(self.engine)
+        self.store = store_for(self.engine)
         self.runtime = SessionRuntime(self.store)
         self.raw: RawPostgres | RawSqlite = raw_for(url)
         self.tenant = ""

@@ -32,7 +32,7 @@ from app.runtime.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import AgentSessionStore
+from app.store.store import AgentSessionStore, store_for
 from tests.pgroles import drop_roles, make_roles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def settings(database_url: str) -> Settings:
 @pytest.fixture(scope="session")
 async def store(settings: Settings) -> AsyncIterator[AgentSessionStore]:
     engine = make_engine(settings)
-    yield AgentSessionStore(engine)
+    yield store_for(engine)
     await engine.dispose()
 
 

@@ -74,9 +74,11 @@ INTERRUPTED_OUTPUT = "error: interrupted — the run stopped before this tool ca
 
 
 class RunStorePort(Protocol):
-    async def create_run(
+    def run_values(self, tenant_id: str, session_id: str, **kw: Any) -> dict[str, Any]: ...
+    async def start_run(
         self, tenant_id: str, session_id: str, **kw: Any
-    ) -> tuple[RunRecord, AppendResult | None]: ...
+    ) -> tuple[RunRecord, AppendResult]: ...
+    async def enqueue_run(self, tenant_id: str, session_id: str, **kw: Any) -> RunRecord: ...
     async def claim_run(
         self, tenant_id: str, run_id: str, **kw: Any
     ) -> tuple[RunRecord, AppendResult]: ...
@@ -259,19 +261,33 @@ class RunManager:
         start_events = self._start_events(run_id, request, options)
         if prefix is not None:
             start_events = prefix(loaded) + start_events
-        queued = request.multitask == "enqueue"
-        record, started = await self.store.create_run(
+        values = self.store.run_values(
             tenant_id,
             session_id,
+            run_id=run_id,
             input=request.input,
             options=_options_json(request),
             owner=self.owner,
             lease_until=self._lease_until(),
             idempotency=idempotency,
-            run_id=run_id,
-            start_events=None if queued else start_events,
+        )
+        if request.multitask == "enqueue":
+            record = await self.store.enqueue_run(
+                tenant_id,
+                session_id,
+                values=values,
+                max_live_runs=self.max_live_runs,
+                idempotency=idempotency,
+            )
+            return record, None, options, start_events
+        record, started = await self.store.start_run(
+            tenant_id,
+            session_id,
+            values=values,
+            start_events=start_events,
             max_live_runs=self.max_live_runs,
             expected=(loaded.session.version, loaded.session.created_at) if expected else None,
+            idempotency=idempotency,
         )
         return record, started, options, start_events
 

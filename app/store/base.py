@@ -6,29 +6,22 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import Row, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
-from app.store.engine import WRITE_OPTION, behind_pgbouncer
-from app.store.group_commit import AppendGroups
+from app.store.engine import WRITE_OPTION
 from app.store.notify import Announcer, Notifier, Wakeup
-from app.store.pgfunctions import PgFunctions
 from app.tracing import span
 
 # The tenant of a transaction that may touch every tenant's rows: auth by key prefix, the
 # run sweeper, the operator CLI. PostgreSQL's row-level policies (migration 0004) let such a
 # transaction through only because it says so; a transaction that says nothing sees nothing.
 ALL_TENANTS = "*"
-
-# `SET LOCAL`, as a function so the tenant can be a bind parameter: it ends with the
-# transaction, so a pooled connection never carries one request's tenant into the next.
-_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 
 
 def utcnow() -> datetime:
@@ -41,33 +34,25 @@ def as_utc(value: datetime) -> datetime:
 
 
 class StoreBase:
-    """Owns the engine and opens read and write transactions on it."""
+    """Owns the engine and opens read and write transactions on it.
 
+    What differs between the databases is not decided here but by the backend's class
+    (`app/store/sqlite`, `app/store/postgres`), through these hooks: `insert` (the dialect's
+    INSERT), `_scope` (the tenant of a transaction), `_write_lock` and the `Notifier`.
+    """
+
+    # The backend's SQLAlchemy dialect name ("sqlite" or "postgresql"), for tools and tests
+    # that measure or set up per backend; the store's own code never branches on it.
+    dialect: ClassVar[str]
     # Told about committed events (metrics); AgentSessionStore takes the real one.
     observer: Observer = NullObserver()
 
-    def __init__(
-        self, engine: AsyncEngine, *, notify: bool = True, pgbouncer: bool | None = None
-    ) -> None:
+    def __init__(self, engine: AsyncEngine, *, notifier: Notifier | None = None) -> None:
         self.engine = engine
-        self.is_postgres = engine.dialect.name == "postgresql"
-        # Behind PgBouncer in transaction pooling mode (None: as `make_engine` marked the
-        # engine), statements sent with the bare driver must run in an explicit transaction.
-        self.pgbouncer = behind_pgbouncer(engine) if pgbouncer is None else pgbouncer
-        # PostgreSQL's one-round-trip writes (stored functions); None on SQLite.
-        self.functions = (
-            PgFunctions(engine, in_transaction=self.pgbouncer) if self.is_postgres else None
-        )
-        # Concurrent appends share calls and commits (group_commit.py); PostgreSQL only.
-        self.append_groups = AppendGroups(engine, in_transaction=self.pgbouncer)
         # Live readers are woken by every transaction that inserts events (see notify.py).
-        notifier = None
-        if notify and self.is_postgres:
-            notifier = Notifier(engine, in_transaction=self.pgbouncer)
         self.announcer = Announcer(notifier=notifier)
-        # SQLite has one writer at a time anyway; queueing writers here, in order, beats
-        # having them spin in SQLite's busy handler with its growing sleeps.
-        self._write_lock = None if self.is_postgres else asyncio.Lock()
+        # Writers queue here in order (SQLite's single writer) instead of in the database.
+        self._write_lock: asyncio.Lock | None = None
 
     @asynccontextmanager
     async def write(self, tenant_id: str) -> AsyncIterator[AsyncConnection]:
@@ -128,14 +113,13 @@ class StoreBase:
             yield conn
 
     async def _scope(self, conn: AsyncConnection, tenant_id: str) -> None:
-        # SQLite is the single-tenant embedded default and has no row-level security: the
-        # application's own tenant filters are the wall there (and on PostgreSQL, the first).
-        if self.is_postgres:
-            await conn.execute(_SET_TENANT, {"tenant": tenant_id})
+        """Bind the transaction to `tenant_id` (PostgreSQL's row-level security). The
+        application's own tenant filters are the first wall everywhere; SQLite, the
+        single-tenant embedded default, has no second one."""
 
     def insert(self, table: Any) -> Any:
-        """The dialect's INSERT, which knows ON CONFLICT DO NOTHING on both databases."""
-        return (postgresql.insert if self.is_postgres else sqlite.insert)(table)
+        """The dialect's INSERT, which knows ON CONFLICT on both databases."""
+        raise NotImplementedError
 
 
 _APPENDED = "asr_appended_event_types"

@@ -350,7 +350,7 @@ def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
         "poll_seconds": settings.sse_poll_seconds,
         "read_batch": settings.sse_replay_batch,
     }
-    if store.is_postgres and settings.sse_notify:
+    if store.dialect == "postgresql" and settings.sse_notify:
         return PostgresNotifyBus(
             store,
             listen_dsn=listen_dsn(settings),

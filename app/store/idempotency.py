@@ -20,7 +20,6 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import IdempotentReplay
 from app.runtime.ports import AppendResult, IdempotencyRecord, IdempotencyToken
 from app.store.base import ALL_TENANTS, StoreBase, utcnow
 from app.store.tables import idempotency_keys
@@ -58,35 +57,14 @@ class IdempotencyStore(StoreBase):
         token: IdempotencyToken | None,
         result: dict[str, Any],
     ) -> None:
-        """Record `token` with `result` in the open write transaction `conn`.
+        """Record `token` with `result` in the open write transaction `conn` (each backend
+        has its one way of doing it).
 
         Raises:
             IdempotentReplay: a live row holds the key (a duplicate committed first); the
                 caller's transaction must roll back, which raising does.
         """
-        if token is None:
-            return
-        now = utcnow()
-        t = idempotency_keys.c
-        fresh = {
-            "request_hash": token.request_hash,
-            "result": result,
-            "status_code": None,
-            "response": None,
-            "headers": None,
-            "created_at": now,
-            "expires_at": now + self.idempotency_ttl,
-        }
-        stmt = (
-            self.insert(idempotency_keys)
-            .values(tenant_id=tenant_id, key=token.key, **fresh)
-            .on_conflict_do_update(
-                index_elements=["tenant_id", "key"], set_=fresh, where=t.expires_at <= now
-            )
-            .returning(t.key)
-        )
-        if (await conn.execute(stmt)).first() is None:
-            raise IdempotentReplay(token.key)
+        raise NotImplementedError
 
     async def get_idempotency_key(self, tenant_id: str, key: str) -> IdempotencyRecord | None:
         """The live record of `key` (None: never used, or expired)."""

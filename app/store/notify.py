@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.store.pgfunctions import call
+from app.store.postgres.calls import call
 
 log = logging.getLogger("app.store.notify")
 

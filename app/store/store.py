@@ -1,8 +1,15 @@
-"""`AgentSessionStore`: the runtime's `SessionStore` on SQLite or PostgreSQL."""
+"""`AgentSessionStore`: the runtime's `SessionStore`, and `store_for`, which picks the backend.
+
+`AgentSessionStore` is what both backends share (reads, accounts, maintenance, leases);
+each backend's class implements the writes that insert events, one way each:
+`app.store.sqlite.SqliteStore` with SQLAlchemy statements, `app.store.postgres.PostgresStore`
+with one stored-function call per write. `store_for` is the one place that chooses.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -13,6 +20,7 @@ from app.runtime.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.base import ALL_TENANTS
 from app.store.maintenance import MaintenanceStore
+from app.store.notify import Notifier
 from app.store.runs import RunStore
 
 
@@ -28,10 +36,9 @@ class AgentSessionStore(RunStore, AccountStore, MaintenanceStore):
         observer: Observer | None = None,
         max_event_bytes: int = 2_097_152,
         redactor: Redactor | None = None,
-        notify: bool = True,
-        pgbouncer: bool | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
-        super().__init__(engine, notify=notify, pgbouncer=pgbouncer)
+        super().__init__(engine, notifier=notifier)
         self.observer = observer or NullObserver()
         self.max_metadata_bytes = max_metadata_bytes
         self.max_event_bytes = max_event_bytes
@@ -61,3 +68,23 @@ class AgentSessionStore(RunStore, AccountStore, MaintenanceStore):
                 # usable after the error.
                 return None
         return row[0] if row is not None else None
+
+
+def store_for(
+    engine: AsyncEngine, *, notify: bool = True, pgbouncer: bool | None = None, **options: Any
+) -> AgentSessionStore:
+    """The store for `engine`'s database.
+
+    Args:
+        notify: PostgreSQL: announce commits to other replicas with NOTIFY.
+        pgbouncer: PostgreSQL: the URL is PgBouncer in transaction pooling mode (None: as
+            `make_engine` marked the engine).
+        options: `AgentSessionStore`'s limits, observer and redactor.
+    """
+    if engine.dialect.name == "postgresql":
+        from app.store.postgres.store import PostgresStore
+
+        return PostgresStore(engine, notify=notify, pgbouncer=pgbouncer, **options)
+    from app.store.sqlite.store import SqliteStore
+
+    return SqliteStore(engine, **options)

@@ -5,11 +5,12 @@ only once the work it guards has committed, written in that same transaction wit
 (what the work committed: session, seq range, version, run), so there is no claim that a
 crash could leave behind. The response is stored beside it when it has been rendered.
 
-PostgreSQL: the stored functions are installed from their sources
-(`app/store/postgres/functions/*.sql`); appends and run starts take the key (named
-parameters with defaults), and an append skips itself when its first event id is already in
-the ledger (a write token: a batch re-sent after a lost reply applies nothing twice). The
-functions of 0005-0007 whose signature changed are dropped first.
+PostgreSQL: every write that inserts events is one stored function, installed from its
+source (`app/store/postgres/sql/*.sql`): create, fork and claim/close of a run join the
+appends and run steps of 0005-0007; every one of them that a request drives takes the key
+(named parameters with defaults), and an append skips itself when its first event id is
+already in the ledger (a write token: a batch re-sent after a lost reply applies nothing
+twice). The functions of 0005-0007 whose signature changed are dropped first.
 
 Revision ID: 0008
 Revises: 0007
@@ -44,10 +45,18 @@ _NEW = (
     "asr_append_batch(text[], text[], bigint[], bigint[], timestamptz[], integer[],"
     " integer[], text[], text[], text[], text[], text[], text[], text[], timestamptz[])",
     "asr_append_events(text, text, bigint, bigint, timestamptz,"
-    " text[], text[], text[], text[], text[], text, text, timestamptz)",
+    " text[], text[], text[], text[], text[], text, text, timestamptz, jsonb, text, text, text)",
     "asr_run_start(text, text, text, integer, timestamptz, text, timestamptz, jsonb, jsonb,"
     " bigint, timestamptz, text[], text[], text[], text[], text[], text, text, timestamptz)",
     "asr_seal_idempotency(text, text, text, timestamptz, timestamptz, jsonb)",
+    "asr_insert_snapshot(text, text, bigint, text, text, text, timestamptz)",
+    "asr_create_session(text, text, text, text, bigint, jsonb, jsonb, jsonb, timestamptz,"
+    " text[], text[], text[], text[], text[], text, text, text, text, text, timestamptz)",
+    "asr_fork_session(text, text, bigint, text, jsonb, jsonb, jsonb, timestamptz,"
+    " text[], text[], text[], text[], text[], text, text, text, text, timestamptz)",
+    "asr_run_claim(text, text, text, timestamptz, timestamptz, boolean,"
+    " text[], text[], text[], text[], text[])",
+    "asr_run_close(text, text, timestamptz, text[], text[], text[], text[], text[])",
 )
 
 

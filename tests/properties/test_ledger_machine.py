@@ -42,7 +42,7 @@ from app.runtime.state import SessionState
 from app.runtime.tools import ToolRegistry
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore
+from app.store.store import store_for
 
 EXAMPLES = int(os.environ.get("ASR_R1_EXAMPLES", "60"))
 STEPS = int(os.environ.get("ASR_R1_STEPS", "30"))
@@ -63,7 +63,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             super().__init__()
             self.loop = asyncio.new_event_loop()
             self.engine = make_engine(Settings(database_url=database_url))
-            self.store = AgentSessionStore(self.engine)
+            self.store = store_for(self.engine)
             self.runtime = SessionRuntime(self.store)
             self.runs = RunManager(
                 self.runtime, self.store, models={"scripted": ScriptedModel()}, tools=ToolRegistry()

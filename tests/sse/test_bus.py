@@ -49,7 +49,7 @@ class Notifications:
         self._conn: asyncpg.Connection | None = None
 
     async def __aenter__(self) -> Notifications:
-        if self.store.is_postgres:
+        if self.store.dialect == "postgresql":
             url = make_url(self.store.engine.url).set(drivername="postgresql")
             self._conn = await asyncpg.connect(url.render_as_string(hide_password=False))
             await self._conn.add_listener(CHANNEL, self._on_notify)

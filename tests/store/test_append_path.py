@@ -28,7 +28,7 @@ from app.runtime.ports import NewSession
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup
-from app.store.store import AgentSessionStore
+from app.store.store import AgentSessionStore, store_for
 from app.store.tables import session_events
 from tests import pgbouncer
 from tests.conftest import TenantKey
@@ -60,7 +60,7 @@ class Recorder:
 async def own_store(settings: Settings) -> AsyncIterator[AgentSessionStore]:
     """A store of its own (one pooled connection), with a recording observer."""
     engine = make_engine(settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0}))
-    store = AgentSessionStore(engine, observer=Recorder(), max_event_bytes=4096)
+    store = store_for(engine, observer=Recorder(), max_event_bytes=4096)
     yield store
     await engine.dispose()
 
@@ -225,7 +225,7 @@ async def test_a_store_built_with_notify_off_sends_none(
     pg_direct: None, settings: Settings, tenant: TenantKey, database_url: str
 ) -> None:
     engine = make_engine(settings)
-    store = AgentSessionStore(engine, notify=False)
+    store = store_for(engine, notify=False)
     conn, heard = await _listener(database_url)
     try:
         await store.create_session(tenant.tenant_id, session=new("quiet"), events=[])
@@ -287,7 +287,7 @@ async def test_appends_through_pgbouncer_run_in_an_explicit_transaction(
     engine = make_engine(
         Settings(database_url=bouncer_url, db_pgbouncer=True, bootstrap_default_tenant=False)
     )
-    store = AgentSessionStore(engine)
+    store = store_for(engine)
     assert store.pgbouncer
     t = tenant.tenant_id
     try:

@@ -22,7 +22,7 @@ from tests.conftest import TenantKey
 
 @pytest.fixture
 def pg(store: AgentSessionStore) -> AgentSessionStore:
-    if not store.is_postgres:
+    if not store.dialect == "postgresql":
         pytest.skip("group commit is PostgreSQL's (SQLite has one writer at a time)")
     return store
 
@@ -105,9 +105,7 @@ async def test_a_batch_reports_each_item_as_if_alone(
             [None],
             [None],
             ['{"n": 1}'],
-            None,
-            None,
-            None,
+            *(None,) * 7,  # no Idempotency-Key, metadata or snapshot
         )
 
     rows = await pg.append_groups._batch(
@@ -133,7 +131,7 @@ async def test_a_batch_or_append_sent_again_after_its_commit_applies_nothing_twi
     def args(session: str) -> tuple[Any, ...]:
         return (t, session, None, None, now, [str(uuid.uuid4()), str(uuid.uuid4())],
                 ["STEP_END", "STEP_END"], [None, None], [None, None], ["{}", "{}"],
-                None, None, None)  # fmt: skip
+                *(None,) * 7)  # fmt: skip
 
     items = [args(a), args(b), args(a)]
     first = await pg.append_groups._batch(items)
@@ -167,9 +165,7 @@ async def test_a_failing_batch_is_retried_item_by_item(
             [None],
             [None],
             [payload],
-            None,
-            None,
-            None,
+            *(None,) * 7,  # no Idempotency-Key, metadata or snapshot
         )
 
     # Fill the calls in flight so that the next appends queue and go out as one batch.

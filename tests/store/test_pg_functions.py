@@ -1,6 +1,6 @@
 """The stored functions in the database are exactly their sources (PostgreSQL only).
 
-Their SQL lives once, in `app/store/postgres/functions/*.sql`, installed by migrations; a
+Their SQL lives once, in `app/store/postgres/sql/*.sql`, installed by migrations; a
 function changed in the database by hand, a source edited without a migration that installs
 it, or an old overload left behind by a signature change all fail here.
 """

@@ -26,7 +26,7 @@ from app.runtime.ports import NewSession
 from app.settings import Settings
 from app.store.base import ALL_TENANTS
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore
+from app.store.store import AgentSessionStore, store_for
 from app.store.tables import metadata, sessions
 from tests.conftest import (
     PG_ENV,
@@ -70,7 +70,7 @@ def roles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Roles]:
 async def app_store(roles: Roles) -> AsyncIterator[AgentSessionStore]:
     """The store as the service runs it, on one pooled connection (R19 case 2)."""
     engine = make_engine(Settings(database_url=roles.app_url, db_pool_size=1, db_max_overflow=0))
-    yield AgentSessionStore(engine)
+    yield store_for(engine)
     await engine.dispose()
 
 
@@ -189,7 +189,7 @@ def test_the_service_runs_as_the_app_role(roles: Roles, tmp_path: Path) -> None:
     async def tenant() -> TenantKey:
         engine = make_engine(Settings(database_url=roles.app_url))
         try:
-            return await make_tenant(AgentSessionStore(engine))
+            return await make_tenant(store_for(engine))
         finally:
             await engine.dispose()
 

@@ -1,4 +1,4 @@
-"""The stored functions' SQL, kept once, in `functions/*.sql`, and installed by migrations.
+"""The stored functions' SQL, kept once, in `sql/*.sql`, and installed by migrations.
 
 Each file holds one `CREATE OR REPLACE FUNCTION`. A migration that changes any of them calls
 `install` (after dropping a function whose signature or result type changed, which `CREATE
@@ -12,18 +12,23 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-FUNCTIONS_DIR = Path(__file__).with_name("functions")
+FUNCTIONS_DIR = Path(__file__).with_name("sql")
 
 # Dependency order does not matter to PL/pgSQL (bodies are resolved at call time); this order
 # is the reading order: the shared pieces first.
 SOURCES = (
     "insert_events",
+    "insert_snapshot",
     "seal_idempotency",
+    "create_session",
+    "fork_session",
     "append_events",
     "append_batch",
-    "run_start",
-    "run_step",
     "session_tail",
+    "run_start",
+    "run_claim",
+    "run_step",
+    "run_close",
 )
 
 _NAME = re.compile(r"CREATE OR REPLACE FUNCTION (\w+)\(")

@@ -1,6 +1,5 @@
-"""A run's writes, on the backend this run uses. On PostgreSQL they are stored functions
-(migration 0005); with `functions` switched off, the same store writes through SQLAlchemy
-statements, as on SQLite. Both must write the same rows and refuse alike."""
+"""A run's writes, on the backend this run uses (SQLAlchemy statements on SQLite, stored
+functions on PostgreSQL): the same contract on both, the same rows and the same refusals."""
 
 from __future__ import annotations
 
@@ -43,14 +42,20 @@ async def _session(store: AgentSessionStore, tenant: str) -> str:
 
 async def _start(store: AgentSessionStore, tenant: str, sid: str, **kw: Any) -> Any:
     run_id = f"run_{uuid.uuid4().hex}"
-    return await store.create_run(
+    values = store.run_values(
         tenant,
         sid,
+        run_id=run_id,
         input={"text": "hi"},
         options={"mode": "wait"},
         owner="test",
         lease_until=_lease(),
-        run_id=run_id,
+        idempotency=None,
+    )
+    return await store.start_run(
+        tenant,
+        sid,
+        values=values,
         start_events=[_event(EventType.RUN_STARTED, run_id, input="hi")],
         **kw,
     )
@@ -73,15 +78,9 @@ async def _rows(store: AgentSessionStore, tenant: str, sid: str) -> tuple[list[A
     return list(events), list(run_rows)
 
 
-@pytest.fixture(params=["default", "statements"])
-def writer(request: pytest.FixtureRequest, store: AgentSessionStore) -> AgentSessionStore:
-    """The store as configured (functions on PostgreSQL), and the same store writing
-    through SQLAlchemy statements only."""
-    if request.param == "default":
-        return store
-    plain = AgentSessionStore(store.engine)
-    plain.functions = None
-    return plain
+@pytest.fixture
+def writer(store: AgentSessionStore) -> AgentSessionStore:
+    return store
 
 
 async def test_a_run_starts_steps_and_finishes(

@@ -24,13 +24,35 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.pgfunctions import APPEND_BATCH, APPEND_EVENTS, call
+from app.store.postgres.calls import APPEND_EVENTS, APPEND_PARAMS, call, named_call
 
-# An item's arguments, in the order of asr_append_events' parameters: five per append, five
-# event arrays, then the Idempotency-Key's three.
+# An item's arguments are asr_append_events' (APPEND_PARAMS, in that order): the five event
+# arrays are concatenated across items, every other argument becomes one array of per-item
+# values, named as asr_append_batch names them.
 _EVENT_ARRAYS = range(5, 10)
-_PER_ITEM = (0, 1, 2, 3, 4)
-_KEY_ARGS = (10, 11, 12)
+_PER_ITEM = tuple(k for k in range(len(APPEND_PARAMS)) if k not in _EVENT_ARRAYS)
+_BATCH_PARAMS = (
+    "p_tenants",
+    "p_sessions",
+    "p_expected_seqs",
+    "p_expected_versions",
+    "p_nows",
+    "p_idem_keys",
+    "p_idem_hashes",
+    "p_idem_expires",
+    "p_metadatas",
+    "p_snapshot_kinds",
+    "p_snapshot_states",
+    "p_snapshot_hashes",
+    "p_offsets",
+    "p_counts",
+    "p_event_ids",
+    "p_types",
+    "p_run_ids",
+    "p_turn_ids",
+    "p_payloads",
+)
+APPEND_BATCH = named_call("asr_append_batch", _BATCH_PARAMS)
 
 
 class AppendGroups:
@@ -112,11 +134,10 @@ class AppendGroups:
         offsets = list(itertools.accumulate([0, *counts[:-1]]))
         columns = list(zip(*items, strict=True))
         args = (
-            *(list(columns[k]) for k in _PER_ITEM),  # tenants, sessions, seqs, versions, nows
+            *(list(columns[k]) for k in _PER_ITEM),
             offsets,
             counts,
             *(list(itertools.chain.from_iterable(columns[k])) for k in _EVENT_ARRAYS),
-            *(list(columns[k]) for k in _KEY_ARGS),
         )
         rows = await call(
             self.engine, APPEND_BATCH, args, in_transaction=self.in_transaction, all_rows=True

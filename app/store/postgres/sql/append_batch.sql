@@ -21,7 +21,11 @@ CREATE OR REPLACE FUNCTION asr_append_batch(
     p_payloads text[],
     p_idem_keys text[],
     p_idem_hashes text[],
-    p_idem_expires timestamptz[]
+    p_idem_expires timestamptz[],
+    p_metadatas text[],
+    p_snapshot_kinds text[],
+    p_snapshot_states text[],
+    p_snapshot_hashes text[]
 ) RETURNS TABLE (
     idx integer,
     appended boolean,
@@ -62,7 +66,8 @@ BEGIN
             p_tenants[i], p_sessions[i], p_expected_seqs[i], p_expected_versions[i],
             p_nows[i], p_event_ids[a + 1 : a + n], p_types[a + 1 : a + n],
             p_run_ids[a + 1 : a + n], p_turn_ids[a + 1 : a + n], p_payloads[a + 1 : a + n],
-            p_idem_keys[i], p_idem_hashes[i], p_idem_expires[i]
+            p_idem_keys[i], p_idem_hashes[i], p_idem_expires[i], p_metadatas[i]::jsonb,
+            p_snapshot_kinds[i], p_snapshot_states[i], p_snapshot_hashes[i]
         ) AS r;
     END LOOP;
 END

@@ -8,7 +8,10 @@
 --    to one session queue here and seqs come out gapless), only when the expected seq /
 --    version match (NULL: no condition); no row updated: return the row with appended false,
 --    or nothing when there is no session;
--- 4. insert the events; 5. record the Idempotency-Key, if any, in this same transaction.
+-- 4. insert the events, and with p_snapshot_* the snapshot of the fold at the new last seq
+--    (the caller knows that fold only under p_expected_seq); p_metadata replaces the row's
+--    metadata (a merge patch the caller applied to the version it read: p_expected_version);
+-- 5. record the Idempotency-Key, if any, in this same transaction.
 CREATE OR REPLACE FUNCTION asr_append_events(
     p_tenant text,
     p_session text,
@@ -22,7 +25,11 @@ CREATE OR REPLACE FUNCTION asr_append_events(
     p_payloads text[],
     p_idem_key text DEFAULT NULL,
     p_idem_hash text DEFAULT NULL,
-    p_idem_expires timestamptz DEFAULT NULL
+    p_idem_expires timestamptz DEFAULT NULL,
+    p_metadata jsonb DEFAULT NULL,
+    p_snapshot_kind text DEFAULT NULL,
+    p_snapshot_state text DEFAULT NULL,
+    p_snapshot_hash text DEFAULT NULL
 ) RETURNS TABLE (
     appended boolean,
     first_seq bigint,
@@ -77,7 +84,8 @@ BEGIN
     END IF;
 
     UPDATE sessions AS x
-       SET last_seq = x.last_seq + n, version = x.version + 1, updated_at = p_now
+       SET last_seq = x.last_seq + n, version = x.version + 1, updated_at = p_now,
+           metadata = coalesce(p_metadata, x.metadata)
      WHERE x.tenant_id = p_tenant AND x.session_id = p_session
        AND (p_expected_seq IS NULL OR x.last_seq = p_expected_seq)
        AND (p_expected_version IS NULL OR x.version = p_expected_version)
@@ -101,6 +109,10 @@ BEGIN
     v_positions := asr_insert_events(
         p_tenant, p_session, s.last_seq, v_xact, p_now,
         p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+    );
+    PERFORM asr_insert_snapshot(
+        p_tenant, p_session, s.last_seq, p_snapshot_kind, p_snapshot_state, p_snapshot_hash,
+        p_now
     );
     PERFORM asr_seal_idempotency(
         p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,

@@ -1,20 +1,19 @@
-"""A run's writes on PostgreSQL as one call of a stored function (migration 0005).
+"""Calling PostgreSQL's stored functions: one statement, one round trip, one commit.
 
-Through SQLAlchemy, a run step is a transaction of seven round trips (BEGIN, the tenant
-scope, three statements, the NOTIFY, COMMIT), and most of a run's CPU went into building,
-compiling and binding them. Here a step is one statement on the bare asyncpg connection
-of a pooled SQLAlchemy connection: outside a transaction it commits on its own, so it is
-one round trip and one durable commit. Behind PgBouncer in transaction pooling it runs
-inside BEGIN/COMMIT, because prepare and execute could otherwise reach different servers.
+Every write that inserts events is one call of a stored function (`sql/*.sql`), made with
+one statement on the bare asyncpg connection of a pooled SQLAlchemy connection: outside a
+transaction it commits on its own, so it is one round trip and one durable commit. Behind
+PgBouncer in transaction pooling it runs inside BEGIN/COMMIT, because prepare and execute
+could otherwise reach different servers.
 
 The functions refuse with SQLSTATE `AS0xx` exceptions (which roll everything back); they
-are mapped here onto the errors the SQLAlchemy path raises, so callers cannot tell the two
-apart.
+are mapped here onto the runtime's domain errors, the same ones SQLite's store raises.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +27,10 @@ from sqlalchemy.util import greenlet_spawn
 
 from app.runtime.errors import (
     IdempotentReplay,
+    InvalidForkPoint,
     RunAlreadyActive,
     RunFenced,
+    SessionAlreadyExists,
     SessionNotFound,
     StaleSession,
     too_many_runs,
@@ -37,87 +38,35 @@ from app.runtime.errors import (
 from app.runtime.events import Event, NewEvent
 
 
-def named_call(function: str, *params: str, columns: str = "*") -> str:
+@functools.cache
+def named_call(function: str, params: tuple[str, ...], columns: str = "*") -> str:
     """`SELECT columns FROM function(p => $1, ...)`: named, so a call can never bind an
     argument to the wrong parameter, and a parameter added with a default breaks no caller."""
     bound = ", ".join(f"{p} => ${i}" for i, p in enumerate(params, start=1))
     return f"SELECT {columns} FROM {function}({bound})"
 
 
-_EVENT_PARAMS = ("p_event_ids", "p_types", "p_run_ids", "p_turn_ids", "p_payloads")
-_IDEMPOTENCY_PARAMS = ("p_idem_key", "p_idem_hash", "p_idem_expires")
-
-_RUN_START = named_call(
-    "asr_run_start",
-    "p_tenant",
-    "p_session",
-    "p_run",
-    "p_max_live",
-    "p_now",
-    "p_owner",
-    "p_lease",
-    "p_input",
-    "p_options",
-    "p_expected_version",
-    "p_expected_created_at",
-    *_EVENT_PARAMS,
-    *_IDEMPOTENCY_PARAMS,
-    columns="o_session, o_run, o_xact_id, o_positions",
-)
-_SESSION_TAIL = named_call(
-    "asr_session_tail",
-    "p_tenant",
-    "p_session",
-    "p_created_at",
-    "p_after",
-    columns="o_found, o_session, o_events",
-)
-_RUN_STEP = named_call(
-    "asr_run_step",
-    "p_tenant",
-    "p_session",
-    "p_run",
-    "p_epoch",
-    "p_now",
-    "p_lease",
-    "p_turns",
-    "p_usage",
-    "p_finish",
-    "p_status",
-    "p_stop_reason",
-    "p_output",
-    "p_error",
-    *_EVENT_PARAMS,
-    columns="o_session, o_run, o_xact_id, o_positions",
-)
-APPEND_EVENTS = named_call(
-    "asr_append_events",
+# asr_append_events' parameters in the order of an append's arguments (`AppendGroups` items).
+APPEND_PARAMS = (
     "p_tenant",
     "p_session",
     "p_expected_seq",
     "p_expected_version",
     "p_now",
-    *_EVENT_PARAMS,
-    *_IDEMPOTENCY_PARAMS,
-)
-APPEND_BATCH = named_call(
-    "asr_append_batch",
-    "p_tenants",
-    "p_sessions",
-    "p_expected_seqs",
-    "p_expected_versions",
-    "p_nows",
-    "p_offsets",
-    "p_counts",
     "p_event_ids",
     "p_types",
     "p_run_ids",
     "p_turn_ids",
     "p_payloads",
-    "p_idem_keys",
-    "p_idem_hashes",
+    "p_idem_key",
+    "p_idem_hash",
     "p_idem_expires",
+    "p_metadata",
+    "p_snapshot_kind",
+    "p_snapshot_state",
+    "p_snapshot_hash",
 )
+APPEND_EVENTS = named_call("asr_append_events", APPEND_PARAMS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +101,10 @@ class EventArrays:
     def args(self) -> tuple[Any, ...]:
         return (self.ids, self.types, self.run_ids, self.turn_ids, self.payloads)
 
+    def params(self) -> dict[str, Any]:
+        """The arrays as the functions' named parameters."""
+        return dict(zip(APPEND_PARAMS[5:10], self.args(), strict=True))
+
     def written(
         self, session_id: str, first: int, now: datetime, positions: list[int]
     ) -> list[Event]:
@@ -172,33 +125,40 @@ class EventArrays:
         ]
 
 
-class PgFunctions:
-    """Calls of the stored functions on pooled connections."""
+class Functions:
+    """Calls of the stored functions, by name with named parameters, on pooled connections.
+
+    `await functions.call("asr_run_step", p_tenant=..., p_run=..., ...)`: the keywords are
+    the SQL parameters' names, so the Python side and the `.sql` source cannot drift apart
+    silently (a wrong name is an error from PostgreSQL). A refusal (`AS0xx`) is raised as
+    its domain error (see `refusal`).
+    """
 
     def __init__(self, engine: AsyncEngine, *, in_transaction: bool) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
 
-    async def run_start(self, *args: Any) -> Any:
-        """`asr_run_start`; raises TooManyRequests, SessionNotFound, RunAlreadyActive or
-        StaleSession."""
-        return await self._call(_RUN_START, args, args[3])
-
-    async def run_step(self, *args: Any) -> Any:
-        """`asr_run_step`; raises SessionNotFound or RunFenced."""
-        return await self._call(_RUN_STEP, args, None)
-
-    async def session_tail(
-        self, tenant_id: str, session_id: str, created_at: datetime, after_seq: int
+    async def call(
+        self,
+        function: str,
+        *,
+        columns: str = "*",
+        max_live: int | None = None,
+        **params: Any,
     ) -> Any:
-        """`asr_session_tail`: (found, session record, events after `after_seq` or None)."""
-        return await self._call(_SESSION_TAIL, (tenant_id, session_id, created_at, after_seq), None)
-
-    async def _call(self, sql: str, args: tuple[Any, ...], max_live: int | None) -> Any:
+        """The one row of `function(**params)` (None when it returns no row)."""
+        sql = named_call(function, tuple(params), columns)
         try:
-            return await call(self.engine, sql, args, in_transaction=self.in_transaction)
+            return await call(
+                self.engine, sql, tuple(params.values()), in_transaction=self.in_transaction
+            )
         except Refused as refused:
-            raise refusal(refused.cause, args, max_live) from None
+            raise refusal(
+                refused.cause,
+                session_id=params.get("p_session") or params.get("p_source"),
+                run_id=params.get("p_run"),
+                max_live=max_live,
+            ) from None
 
 
 class Refused(Exception):
@@ -278,18 +238,31 @@ async def _raise_as_sqlalchemy(
     raise exc
 
 
-def refusal(exc: Exception, args: tuple[Any, ...], max_live: int | None = None) -> Exception:
+def refusal(
+    exc: Exception,
+    *,
+    session_id: str | None = None,
+    run_id: str | None = None,
+    max_live: int | None = None,
+) -> Exception:
     """The domain error for a function's `AS0xx` refusal."""
     code = getattr(exc, "sqlstate", None)
     message = getattr(exc, "message", "")
     if code == "AS001":
         return too_many_runs(max_live)
     if code == "AS002":
-        return SessionNotFound(args[1])
+        return SessionNotFound(session_id or "")
     if code == "AS003":
         return RunAlreadyActive(message or None)
     if code == "AS005":
-        return StaleSession(args[1])
+        return StaleSession(session_id or "")
     if code == "AS006":
         return IdempotentReplay(message)
-    return RunFenced(f"run {args[2]} was taken over")
+    if code == "AS007":
+        last_seq = int(message)
+        return InvalidForkPoint(f"at_seq must be between 0 and {last_seq}", last_seq=last_seq)
+    if code == "AS008":
+        return SessionAlreadyExists(session_id or "")
+    if code == "AS004":
+        return RunFenced(f"run {run_id} was taken over or is not queued")
+    return exc

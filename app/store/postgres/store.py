@@ -1,0 +1,522 @@
+"""`PostgresStore`: every write that inserts events is one stored-function call.
+
+Creating and forking a session, an append (with or without a metadata patch or a
+snapshot), a run's start, claim, steps and close: each is one call of its function in
+`sql/*.sql` (see `calls.py`), one round trip and one commit, with the tenant scope, the
+seq reservation under the session row lock, the events, a snapshot and the Idempotency-Key
+all inside it. Appends go through group commit (`group_commit.py`): concurrent appends
+share one call and one commit. Wake-ups go out after the commit (`app.store.notify`).
+
+Reads are the shared SQL of `LedgerStore`, except two that this database does in its own
+way: the event read goes through the bare driver inside the read transaction, and the
+tenant-wide timeline reads in (transaction id, position) order below the oldest running
+transaction, so that a cursor never steps over an event that commits late.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import literal_column, select, text, tuple_
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.runtime.errors import (
+    IdempotentReplay,
+    SeqConflict,
+    SessionNotFound,
+    VersionConflict,
+)
+from app.runtime.events import Event, NewEvent
+from app.runtime.metadata import check_metadata_size, merge_patch
+from app.runtime.ports import (
+    AppendResult,
+    IdempotencyToken,
+    NewSession,
+    RunFinish,
+    RunRecord,
+    SessionLoad,
+    TenantCursor,
+    TenantPage,
+)
+from app.store.base import event_from_mapping, event_from_row, session_from_mapping, utcnow
+from app.store.engine import behind_pgbouncer
+from app.store.ledger import EVENT_COLUMN_LIST
+from app.store.notify import Notifier
+from app.store.postgres.calls import EventArrays, Functions, Refused, refusal
+from app.store.postgres.group_commit import AppendGroups
+from app.store.runs import json_text, run_from_mapping
+from app.store.store import AgentSessionStore
+from app.store.tables import session_events
+from app.tracing import span
+
+# `SET LOCAL`, as a function so the tenant can be a bind parameter: it ends with the
+# transaction, so a pooled connection never carries one request's tenant into the next.
+_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
+_SEAL = text(
+    "SELECT asr_seal_idempotency(p_tenant => :tenant, p_key => :key, p_hash => :hash,"
+    " p_now => :now, p_expires => :expires, p_result => CAST(:result AS jsonb))"
+)
+_SPAN = {"db.system": "postgresql"}
+_RUN_COLUMNS = "o_session, o_run, o_xact_id, o_positions"
+_SESSION_COLUMNS = "o_session, o_xact_id, o_positions"
+# A metadata patch is merged onto the version read, conditionally: tries before giving up.
+_PATCH_TRIES = 8
+
+
+class PostgresStore(AgentSessionStore):
+    dialect: ClassVar[str] = "postgresql"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        notify: bool = True,
+        pgbouncer: bool | None = None,
+        **options: Any,
+    ) -> None:
+        # Behind PgBouncer in transaction pooling mode (None: as `make_engine` marked the
+        # engine), statements sent with the bare driver must run in an explicit transaction.
+        self.pgbouncer = behind_pgbouncer(engine) if pgbouncer is None else pgbouncer
+        notifier = Notifier(engine, in_transaction=self.pgbouncer) if notify else None
+        super().__init__(engine, notifier=notifier, **options)
+        self.functions = Functions(engine, in_transaction=self.pgbouncer)
+        self.append_groups = AppendGroups(engine, in_transaction=self.pgbouncer)
+
+    def insert(self, table: Any) -> Any:
+        return postgresql.insert(table)
+
+    async def _scope(self, conn: AsyncConnection, tenant_id: str) -> None:
+        await conn.execute(_SET_TENANT, {"tenant": tenant_id})
+
+    def _key(self, token: IdempotencyToken | None) -> dict[str, Any]:
+        key, digest, expires = self.idempotency_args(token)
+        return {"p_idem_key": key, "p_idem_hash": digest, "p_idem_expires": expires}
+
+    def _snapshot(self, snapshot: tuple[str, dict[str, Any]] | None) -> dict[str, Any]:
+        if snapshot is None:
+            return {"p_snapshot_kind": None, "p_snapshot_state": None, "p_snapshot_hash": None}
+        state, digest = self.persistable_snapshot(snapshot[1])
+        return {
+            "p_snapshot_kind": snapshot[0],
+            "p_snapshot_state": json_text(state),
+            "p_snapshot_hash": digest,
+        }
+
+    async def seal(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        token: IdempotencyToken | None,
+        result: dict[str, Any],
+    ) -> None:
+        """`asr_seal_idempotency` inside the open transaction `conn` (a queued run's start,
+        the one keyed write here that is not a function call of its own)."""
+        if token is None:
+            return
+        key, digest, expires = self.idempotency_args(token)
+        try:
+            await conn.execute(
+                _SEAL,
+                {
+                    "tenant": tenant_id,
+                    "key": key,
+                    "hash": digest,
+                    "now": utcnow(),
+                    "expires": expires,
+                    "result": json.dumps(result),
+                },
+            )
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "AS006":
+                raise IdempotentReplay(token.key) from None
+            raise
+
+    # --------------------------------------------------------------- sessions
+
+    async def create_session(
+        self,
+        tenant_id: str,
+        *,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        self.check_append(events, 0, snapshot)
+        arrays = EventArrays.of(events, self._persistable_json)
+        now = utcnow()
+        with span("store.write", **_SPAN):
+            row = await self.functions.call(
+                "asr_create_session",
+                columns=_SESSION_COLUMNS,
+                p_tenant=tenant_id,
+                p_session=session.session_id,
+                p_root=session.root_session_id,
+                p_parent=session.parent_session_id,
+                p_forked_from=session.forked_from_seq,
+                p_metadata=json_text(self.redactor.value(session.metadata)),
+                p_agent=json_text(self.redactor.value(session.agent)),
+                p_binding=json_text(self.redactor.value(session.binding)),
+                p_now=now,
+                **arrays.params(),
+                **self._snapshot(snapshot),
+                **self._key(idempotency),
+            )
+        return self._committed_session(row, arrays, 1, now)
+
+    def _committed_session(
+        self, row: Any, arrays: EventArrays, first: int, now: datetime
+    ) -> AppendResult:
+        record = session_from_mapping(row["o_session"])
+        written = arrays.written(record.session_id, first, now, row["o_positions"] or [])
+        self.committed(record.tenant_id, record.session_id, written)
+        return AppendResult(session=record, events=written)
+
+    async def fork_session(
+        self,
+        tenant_id: str,
+        source_session_id: str,
+        *,
+        at_seq: int,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot_state: dict[str, Any],
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        self.check_append(events, at_seq, ("fork", snapshot_state))
+        arrays = EventArrays.of(events, self._persistable_json)
+        snapshot = self._snapshot(("fork", snapshot_state))
+        now = utcnow()
+        with span("store.write", **_SPAN):
+            row = await self.functions.call(
+                "asr_fork_session",
+                columns=_SESSION_COLUMNS,
+                p_tenant=tenant_id,
+                p_source=source_session_id,
+                p_at_seq=at_seq,
+                p_session=session.session_id,
+                p_metadata=json_text(self.redactor.value(session.metadata)),
+                p_agent=json_text(self.redactor.value(session.agent)),
+                p_binding=json_text(self.redactor.value(session.binding)),
+                p_now=now,
+                **arrays.params(),
+                p_snapshot_state=snapshot["p_snapshot_state"],
+                p_snapshot_hash=snapshot["p_snapshot_hash"],
+                **self._key(idempotency),
+            )
+        # The wake-up names the child's last seq, so it covers the copied prefix too.
+        return self._committed_session(row, arrays, at_seq + 1, now)
+
+    # ----------------------------------------------------------------- events
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        """One call of `asr_append_events` (through group commit).
+
+        A metadata patch is merged here onto the row as read, and the append is made
+        conditional on that version (read again and merged again when another write got
+        in between), so the merge and its size check stay the same Python code on both
+        databases.
+        """
+        self.check_append(events, expected_seq, snapshot)
+        arrays = EventArrays.of(events, self._persistable_json)
+        if metadata_patch is None:
+            return await self._append(
+                tenant_id, session_id, arrays, expected_seq, expected_version, None, snapshot,
+                idempotency,
+            )  # fmt: skip
+        for _ in range(_PATCH_TRIES):
+            current = await self.get_session(tenant_id, session_id)
+            if current is None:
+                raise SessionNotFound(session_id)
+            merged = self.redactor.value(merge_patch(current.metadata, metadata_patch))
+            check_metadata_size(merged, limit=self.max_metadata_bytes)
+            version = current.version if expected_version is None else expected_version
+            try:
+                return await self._append(
+                    tenant_id, session_id, arrays, expected_seq, version, merged, snapshot,
+                    idempotency,
+                )  # fmt: skip
+            except VersionConflict:
+                if expected_version is not None:
+                    raise
+        raise VersionConflict(-1, -1)
+
+    async def _append(
+        self,
+        tenant_id: str,
+        session_id: str,
+        arrays: EventArrays,
+        expected_seq: int | None,
+        expected_version: int | None,
+        metadata: dict[str, Any] | None,
+        snapshot: tuple[str, dict[str, Any]] | None,
+        idempotency: IdempotencyToken | None,
+    ) -> AppendResult:
+        now = utcnow()
+        snap = self._snapshot(snapshot)
+        args = (
+            tenant_id,
+            session_id,
+            expected_seq,
+            expected_version,
+            now,
+            *arrays.args(),
+            *self.idempotency_args(idempotency),
+            json_text(metadata),
+            snap["p_snapshot_kind"],
+            snap["p_snapshot_state"],
+            snap["p_snapshot_hash"],
+        )
+        with span("store.write", **_SPAN):
+            try:
+                row = await self.append_groups.append(args)
+            except Refused as refused:
+                raise refusal(refused.cause, session_id=session_id) from None
+        if row is None:
+            raise SessionNotFound(session_id)
+        if not row["appended"]:
+            if expected_version is not None and row["version"] != expected_version:
+                raise VersionConflict(expected_version, row["version"])
+            raise SeqConflict(expected_seq or 0, row["last_seq"])
+        record = session_from_mapping(row)
+        written = arrays.written(session_id, row["first_seq"], now, row["positions"] or [])
+        self.committed(tenant_id, session_id, written)
+        return AppendResult(session=record, events=written)
+
+    async def load_session(
+        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+    ) -> SessionLoad | None:
+        """With a usable `base` (the caller's cache), one call of `asr_session_tail`: one
+        round trip, whose tail read is bounded by the last seq of the row it read."""
+        if base is not None:
+            row = await self.functions.call(
+                "asr_session_tail",
+                columns="o_found, o_session, o_events",
+                p_tenant=tenant_id,
+                p_session=session_id,
+                p_created_at=base[0],
+                p_after=base[1],
+            )
+            if not row["o_found"]:
+                return None
+            if row["o_events"] is not None:
+                tail = [event_from_mapping(e) for e in row["o_events"]]
+                record = session_from_mapping(row["o_session"])
+                return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
+        return await super().load_session(tenant_id, session_id, base=base)
+
+    async def _events(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """The bare driver inside the same transaction: no SQLAlchemy row processing on the
+        one read whose size grows with the ledger (full histories, long tails)."""
+        args: list[Any] = [tenant_id, session_id, after_seq]
+        where = ["tenant_id = $1", "session_id = $2", "seq > $3"]
+        for column, op, value in (
+            ("seq", "<=", until_seq),
+            ("type", "= ANY", types or None),
+            ("run_id", "=", run_id),
+        ):
+            if value is not None:
+                args.append(value)
+                rhs = f"(${len(args)})" if op == "= ANY" else f"${len(args)}"
+                where.append(f"{column} {op} {rhs}")
+        sql = (
+            f"SELECT {EVENT_COLUMN_LIST} FROM session_events"
+            f" WHERE {' AND '.join(where)} ORDER BY seq"
+        )
+        if limit is not None:
+            args.append(limit)
+            sql += f" LIMIT ${len(args)}"
+        driver = (await conn.get_raw_connection()).driver_connection
+        return [Event(*row) for row in await driver.fetch(sql, *args)]
+
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage:
+        """Positions come from an identity, which is not commit order, so rows are read in
+        (xact_id, position) order and passed only while their transaction is older than the
+        oldest one still running (`pg_snapshot_xmin`). Such a prefix can no longer grow, so a
+        cursor never steps over a row that commits late."""
+        ev = session_events.c
+        stmt = select(session_events).where(ev.tenant_id == tenant_id)
+        if types:
+            stmt = stmt.where(ev.type.in_(types))
+        safe_below = literal_column("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        stmt = (
+            stmt.add_columns(safe_below.label("safe_below"))
+            .where(tuple_(ev.xact_id, ev.position) > tuple_(after.xact_id, after.position))
+            .order_by(ev.xact_id, ev.position)
+            .limit(limit + 1)
+        )
+        async with self.read(tenant_id) as conn:
+            rows = (await conn.execute(stmt)).all()
+        safe = [r for r in rows if r.xact_id < r.safe_below]  # a prefix: ordered by xact_id
+        entries = [(event_from_row(r), TenantCursor(r.xact_id, r.position)) for r in safe]
+        return TenantPage(
+            entries=entries[:limit],
+            more=len(safe) > limit,
+            pending=len(safe) < len(rows),
+        )
+
+    # ------------------------------------------------------------------- runs
+
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]:
+        arrays = EventArrays.of(start_events, self._persistable_json)
+        now = values["created_at"]
+        version, created_at = expected or (None, None)
+        with span("store.write", **_SPAN):
+            row = await self.functions.call(
+                "asr_run_start",
+                columns=_RUN_COLUMNS,
+                max_live=max_live_runs,
+                p_tenant=tenant_id,
+                p_session=session_id,
+                p_run=values["run_id"],
+                p_max_live=max_live_runs,
+                p_now=now,
+                p_owner=values["lease_owner"],
+                p_lease=values["lease_expires_at"],
+                p_input=json_text(values["input"]),
+                p_options=json_text(values["options"]),
+                p_expected_version=version,
+                p_expected_created_at=created_at,
+                **arrays.params(),
+                **self._key(idempotency),
+            )
+        return self._run_result(row, arrays, now)
+
+    def _run_result(
+        self, row: Any, arrays: EventArrays, now: datetime
+    ) -> tuple[RunRecord, AppendResult]:
+        session = session_from_mapping(row["o_session"])
+        first = session.last_seq - len(arrays.ids) + 1
+        written = arrays.written(session.session_id, first, now, row["o_positions"] or [])
+        self.committed(session.tenant_id, session.session_id, written)
+        return run_from_mapping(row["o_run"]), AppendResult(session=session, events=written)
+
+    async def claim_run(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+        oldest_only: bool = False,
+    ) -> tuple[RunRecord, AppendResult]:
+        arrays = EventArrays.of(events, self._persistable_json)
+        now = utcnow()
+        with span("store.write", **_SPAN):
+            row = await self.functions.call(
+                "asr_run_claim",
+                columns=_RUN_COLUMNS,
+                p_tenant=tenant_id,
+                p_run=run_id,
+                p_owner=owner,
+                p_lease=lease_until,
+                p_now=now,
+                p_oldest_only=oldest_only,
+                **arrays.params(),
+            )
+        return self._run_result(row, arrays, now)
+
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        session_id: str,
+        epoch: int,
+        events: list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult:
+        arrays = EventArrays.of(events, self._persistable_json)
+        now = utcnow()
+        progress = progress or {}
+        with span("store.write", **_SPAN):
+            row = await self.functions.call(
+                "asr_run_step",
+                columns=_RUN_COLUMNS,
+                p_tenant=tenant_id,
+                p_session=session_id,
+                p_run=run_id,
+                p_epoch=epoch,
+                p_now=now,
+                p_lease=lease_until,
+                p_turns=progress.get("turns"),
+                p_usage=json_text(progress.get("usage")),
+                p_finish=finish is not None,
+                p_status=finish.status if finish else None,
+                p_stop_reason=finish.stop_reason if finish else None,
+                p_output=self.redactor.value(finish.output) if finish else None,
+                p_error=json_text(self.redactor.value(finish.error)) if finish else None,
+                **arrays.params(),
+            )
+        run, result = self._run_result(row, arrays, now)
+        if finish is None:
+            return result
+        return AppendResult(session=result.session, events=result.events, run=run)
+
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
+    ) -> AppendResult | None:
+        arrays = EventArrays.of(events, self._persistable_json)
+        now = utcnow()
+        with span("store.write", **_SPAN):
+            row = await self.functions.call(
+                "asr_run_close",
+                columns="o_closed, o_session, o_xact_id, o_positions",
+                p_tenant=tenant_id,
+                p_run=run_id,
+                p_now=now,
+                **arrays.params(),
+            )
+        if not row["o_closed"]:
+            return None
+        session = session_from_mapping(row["o_session"])
+        first = session.last_seq - len(events) + 1
+        written = arrays.written(session.session_id, first, now, row["o_positions"] or [])
+        self.committed(tenant_id, session.session_id, written)
+        return AppendResult(session=session, events=written)

@@ -1,0 +1,1 @@
+"""The embedded default's store: SQLite through SQLAlchemy Core (`SqliteStore`)."""

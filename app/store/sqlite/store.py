@@ -1,0 +1,740 @@
+"""`SqliteStore`: the embedded default's writes, as SQLAlchemy Core statements.
+
+SQLite has one writer at a time: every write transaction begins IMMEDIATE (a deferred one
+that upgrades would fail at once with "database is locked"), and writers of this process
+queue on an asyncio lock in arrival order instead of spinning in SQLite's busy handler.
+Under that single writer, position order is commit order, so global event positions come
+from the one-row `counters` table and the tenant timeline needs no transaction ids.
+
+Every write that inserts events keeps the ledger's rule: the UPDATE of the session row
+that bumps `last_seq` reserves the seqs, and the events are inserted in the same
+transaction; an Idempotency-Key is sealed in it too (`seal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import BigInteger, bindparam, case, func, literal, null, select, update
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.runtime.errors import (
+    IdempotentReplay,
+    InvalidForkPoint,
+    RunAlreadyActive,
+    RunFenced,
+    SeqConflict,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StaleSession,
+    VersionConflict,
+)
+from app.runtime.events import Event, NewEvent
+from app.runtime.metadata import check_metadata_size, merge_patch
+from app.runtime.ports import (
+    AppendResult,
+    IdempotencyToken,
+    NewSession,
+    RunFinish,
+    RunRecord,
+    SessionRecord,
+    TenantCursor,
+    TenantPage,
+)
+from app.store.base import event_from_row, note_appended, session_from_row, utcnow
+from app.store.idempotency import committed_result
+from app.store.runs import LIVE, run_from_row
+from app.store.store import AgentSessionStore
+from app.store.tables import (
+    counters,
+    idempotency_keys,
+    runs,
+    session_events,
+    session_snapshots,
+    sessions,
+)
+
+_POSITION_COUNTER = "event_position"
+
+# The hot statements are built once (with bind parameters), not on every call.
+_INSERT_EVENTS = session_events.insert().returning(
+    session_events.c.position, sort_by_parameter_order=True
+)
+
+
+@functools.cache
+def _reserve_statement(by_seq: bool, by_version: bool) -> Any:
+    c = sessions.c
+    stmt = update(sessions).where(
+        c.tenant_id == bindparam("r_tenant"), c.session_id == bindparam("r_session")
+    )
+    if by_seq:
+        stmt = stmt.where(c.last_seq == bindparam("r_seq"))
+    if by_version:
+        stmt = stmt.where(c.version == bindparam("r_version"))
+    return stmt.values(
+        last_seq=c.last_seq + bindparam("r_n", type_=BigInteger),
+        version=c.version + 1,
+        updated_at=bindparam("r_now", type_=c.updated_at.type),
+    ).returning(*c)
+
+
+@functools.cache
+def _reserve_for_run(finishing: bool) -> Any:
+    """Reserve a run step's seqs; when `finishing`, also free the session, in the same
+    UPDATE, if (and only if) this run still holds it."""
+    c = sessions.c
+    values: dict[str, Any] = {
+        "last_seq": c.last_seq + bindparam("r_n", type_=BigInteger),
+        "version": c.version + 1,
+        "updated_at": bindparam("r_now", type_=c.updated_at.type),
+    }
+    if finishing:
+        held = c.active_run_id == bindparam("r_run")
+        values["active_run_id"] = case((held, null()), else_=c.active_run_id)
+        values["status"] = case((held, literal("idle")), else_=c.status)
+    return (
+        update(sessions)
+        .where(c.tenant_id == bindparam("r_tenant"), c.session_id == bindparam("r_session"))
+        .values(**values)
+        .returning(*c)
+    )
+
+
+class SqliteStore(AgentSessionStore):
+    dialect: ClassVar[str] = "sqlite"
+
+    def __init__(self, engine: AsyncEngine, **options: Any) -> None:
+        super().__init__(engine, **options)
+        self._write_lock = asyncio.Lock()
+
+    def insert(self, table: Any) -> Any:
+        return sqlite.insert(table)
+
+    # ------------------------------------------------------------ idempotency
+
+    async def seal(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        token: IdempotencyToken | None,
+        result: dict[str, Any],
+    ) -> None:
+        """Record `token` with `result` in the open write transaction `conn`.
+
+        Raises:
+            IdempotentReplay: a live row holds the key (a duplicate committed first); the
+                caller's transaction must roll back, which raising does.
+        """
+        if token is None:
+            return
+        now = utcnow()
+        t = idempotency_keys.c
+        fresh = {
+            "request_hash": token.request_hash,
+            "result": result,
+            "status_code": None,
+            "response": None,
+            "headers": None,
+            "created_at": now,
+            "expires_at": now + self.idempotency_ttl,
+        }
+        stmt = (
+            self.insert(idempotency_keys)
+            .values(tenant_id=tenant_id, key=token.key, **fresh)
+            .on_conflict_do_update(
+                index_elements=["tenant_id", "key"], set_=fresh, where=t.expires_at <= now
+            )
+            .returning(t.key)
+        )
+        if (await conn.execute(stmt)).first() is None:
+            raise IdempotentReplay(token.key)
+
+    # --------------------------------------------------------------- sessions
+
+    async def create_session(
+        self,
+        tenant_id: str,
+        *,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        now = utcnow()
+        async with self.write(tenant_id) as conn:
+            record = await self._insert_session_row(conn, tenant_id, session, len(events), now)
+            if record is None:
+                raise SessionAlreadyExists(session.session_id)
+            written = await self._insert_events(conn, record, events, first_seq=1)
+            if snapshot is not None:
+                await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], now)
+            result = AppendResult(session=record, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(result))
+        return result
+
+    async def _insert_session_row(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session: NewSession,
+        last_seq: int,
+        now: datetime,
+    ) -> SessionRecord | None:
+        # ON CONFLICT DO NOTHING rather than catching a unique violation.
+        stmt = (
+            self.insert(sessions)
+            .values(
+                tenant_id=tenant_id,
+                session_id=session.session_id,
+                root_session_id=session.root_session_id or session.session_id,
+                parent_session_id=session.parent_session_id,
+                forked_from_seq=session.forked_from_seq,
+                status="idle",
+                metadata=self.redactor.value(session.metadata),
+                agent=self.redactor.value(session.agent),
+                binding=self.redactor.value(session.binding),
+                last_seq=last_seq,
+                version=1,
+                active_run_id=None,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["tenant_id", "session_id"])
+            .returning(*sessions.c)
+        )
+        row = (await conn.execute(stmt)).first()
+        return session_from_row(row) if row is not None else None
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        self.check_append(events, expected_seq, snapshot)
+        n = len(events)
+        async with self.write(tenant_id) as conn:
+            record = await self._reserve(
+                conn, tenant_id, session_id, n, expected_seq, expected_version
+            )
+            if metadata_patch is not None:
+                record = await self._patch_metadata(conn, record, metadata_patch)
+            written = await self._insert_events(
+                conn, record, events, first_seq=record.last_seq - n + 1
+            )
+            if snapshot is not None:
+                await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
+            result = AppendResult(session=record, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(result))
+        return result
+
+    async def _reserve(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        n: int,
+        expected_seq: int | None,
+        expected_version: int | None,
+    ) -> SessionRecord:
+        # The UPDATE reserves last_seq-n+1 .. last_seq; the events inserted after it in this
+        # transaction use exactly that range.
+        stmt = _reserve_statement(expected_seq is not None, expected_version is not None)
+        params = {
+            "r_tenant": tenant_id,
+            "r_session": session_id,
+            "r_seq": expected_seq,
+            "r_version": expected_version,
+            "r_n": n,
+            "r_now": utcnow(),
+        }
+        row = (await conn.execute(stmt, params)).first()
+        if row is not None:
+            return session_from_row(row)
+        current = (
+            await conn.execute(
+                select(sessions.c.last_seq, sessions.c.version).where(
+                    sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                )
+            )
+        ).first()
+        if current is None:
+            raise SessionNotFound(session_id)
+        if expected_version is not None and current.version != expected_version:
+            raise VersionConflict(expected_version, current.version)
+        raise SeqConflict(expected_seq or 0, current.last_seq)
+
+    async def _patch_metadata(
+        self, conn: AsyncConnection, record: SessionRecord, patch: dict[str, Any]
+    ) -> SessionRecord:
+        merged = self.redactor.value(merge_patch(record.metadata, patch))
+        check_metadata_size(merged, limit=self.max_metadata_bytes)
+        await conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.tenant_id == record.tenant_id,
+                sessions.c.session_id == record.session_id,
+            )
+            .values(metadata=merged)
+        )
+        return replace(record, metadata=merged)
+
+    async def _insert_events(
+        self,
+        conn: AsyncConnection,
+        session: SessionRecord,
+        events: list[NewEvent],
+        *,
+        first_seq: int,
+    ) -> list[Event]:
+        if not events:
+            return []
+        self.touch(conn, session.tenant_id, session.session_id, session.last_seq)
+        # Counted for metrics once the transaction commits (see StoreBase.write); a fork's
+        # copied prefix (_copy_events) is not new and is not counted.
+        note_appended(conn, [str(e.type) for e in events])
+        now = utcnow()
+        top = await self._reserve_positions(conn, len(events))
+        rows = [
+            {
+                "tenant_id": session.tenant_id,
+                "session_id": session.session_id,
+                "seq": first_seq + i,
+                "event_id": str(uuid.uuid4()),
+                "xact_id": None,
+                "type": str(e.type),
+                "run_id": e.run_id,
+                "turn_id": e.turn_id,
+                "payload": self._persistable(e.payload),
+                "created_at": now,
+                "position": top - len(events) + 1 + i,
+            }
+            for i, e in enumerate(events)
+        ]
+        await conn.execute(_INSERT_EVENTS, rows)
+        return [
+            Event(
+                event_id=r["event_id"],
+                session_id=r["session_id"],
+                seq=r["seq"],
+                type=r["type"],
+                payload=r["payload"],
+                created_at=now,
+                run_id=r["run_id"],
+                turn_id=r["turn_id"],
+                position=r["position"],
+            )
+            for r in rows
+        ]
+
+    async def _reserve_positions(self, conn: AsyncConnection, n: int) -> int:
+        """Reserve `n` global positions and return the highest."""
+        stmt = (
+            self.insert(counters)
+            .values(name=_POSITION_COUNTER, value=n)
+            .on_conflict_do_update(index_elements=["name"], set_={"value": counters.c.value + n})
+            .returning(counters.c.value)
+        )
+        return int((await conn.execute(stmt)).scalar_one())
+
+    async def _insert_snapshot(
+        self,
+        conn: AsyncConnection,
+        session: SessionRecord,
+        kind: str,
+        state: dict[str, Any],
+        now: datetime,
+    ) -> None:
+        if state.get("seq") != session.last_seq:
+            raise ValueError("a snapshot must be the fold at the session's last seq")
+        clean, digest = self.persistable_snapshot(state)
+        await conn.execute(
+            session_snapshots.insert().values(
+                tenant_id=session.tenant_id,
+                session_id=session.session_id,
+                seq=session.last_seq,
+                kind=kind,
+                state=clean,
+                state_hash=digest,
+                created_at=now,
+            )
+        )
+
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage:
+        """Events of every session of the tenant after `after`: with one writer at a time,
+        position order is commit order."""
+        ev = session_events.c
+        stmt = select(session_events).where(ev.tenant_id == tenant_id)
+        if types:
+            stmt = stmt.where(ev.type.in_(types))
+        stmt = stmt.where(ev.position > after.position).order_by(ev.position).limit(limit)
+        async with self.read(tenant_id) as conn:
+            rows = (await conn.execute(stmt)).all()
+        entries = [(event_from_row(r), TenantCursor(0, r.position)) for r in rows]
+        return TenantPage(entries=entries, more=len(rows) == limit, pending=False)
+
+    # ------------------------------------------------------------------ forks
+
+    async def fork_session(
+        self,
+        tenant_id: str,
+        source_session_id: str,
+        *,
+        at_seq: int,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot_state: dict[str, Any],
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        now = utcnow()
+        async with self.write(tenant_id) as conn:
+            source = (
+                await conn.execute(
+                    select(sessions.c.last_seq, sessions.c.root_session_id).where(
+                        sessions.c.tenant_id == tenant_id,
+                        sessions.c.session_id == source_session_id,
+                    )
+                )
+            ).first()
+            if source is None:
+                raise SessionNotFound(source_session_id)
+            if not 0 <= at_seq <= source.last_seq:
+                raise InvalidForkPoint(
+                    f"at_seq must be between 0 and {source.last_seq}",
+                    last_seq=source.last_seq,
+                )
+            child = NewSession(
+                session_id=session.session_id,
+                metadata=session.metadata,
+                agent=session.agent,
+                binding=session.binding,
+                root_session_id=source.root_session_id,
+                parent_session_id=source_session_id,
+                forked_from_seq=at_seq,
+            )
+            record = await self._insert_session_row(
+                conn, tenant_id, child, at_seq + len(events), now
+            )
+            if record is None:
+                raise SessionAlreadyExists(session.session_id)
+            await self._copy_events(conn, tenant_id, source_session_id, record, at_seq)
+            written = await self._insert_events(conn, record, events, first_seq=at_seq + 1)
+            await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+            # Only the child's own events count as appended; the copied prefix is not new.
+            result = AppendResult(session=record, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(result))
+        return result
+
+    async def _copy_events(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        source_id: str,
+        child: SessionRecord,
+        at_seq: int,
+    ) -> None:
+        """Events 1..at_seq of the source into the child, server-side (INSERT ... SELECT),
+        with new ids and positions base+1 .. base+at_seq in seq order."""
+        if at_seq == 0:
+            return
+        self.touch(conn, tenant_id, child.session_id, child.last_seq)
+        src = session_events.c
+        base = await self._reserve_positions(conn, at_seq) - at_seq
+        columns = [
+            "tenant_id",
+            "session_id",
+            "seq",
+            "event_id",
+            "xact_id",
+            "type",
+            "run_id",
+            "turn_id",
+            "payload",
+            "created_at",
+            "position",
+        ]
+        query = (
+            select(
+                src.tenant_id,
+                literal(child.session_id),
+                src.seq,
+                # SQLite has no uuid function: the engine registers asr_uuid4 (engine.py).
+                func.asr_uuid4(),
+                literal(None, BigInteger),
+                src.type,
+                src.run_id,
+                src.turn_id,
+                src.payload,
+                src.created_at,
+                literal(base, BigInteger) + src.seq,
+            )
+            .where(src.tenant_id == tenant_id, src.session_id == source_id, src.seq <= at_seq)
+            .order_by(src.seq)
+        )
+        await conn.execute(session_events.insert().from_select(columns, query))
+
+    # ------------------------------------------------------------------- runs
+
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]:
+        async with self.write(tenant_id) as conn:
+            await self.check_live_runs(conn, tenant_id, max_live_runs)
+            now = values["created_at"]
+            session = await self._claim_session(
+                conn, tenant_id, session_id, values["run_id"], len(start_events), now, expected
+            )
+            first = session.last_seq - len(start_events) + 1
+            row = (
+                await conn.execute(
+                    runs.insert()
+                    .values(
+                        {
+                            **values,
+                            "status": "running",
+                            "started_at": now,
+                            "first_seq": first,
+                            "last_seq": session.last_seq,
+                        }
+                    )
+                    .returning(*runs.c)
+                )
+            ).one()
+            written = await self._insert_events(conn, session, start_events, first_seq=first)
+            run, started = run_from_row(row), AppendResult(session=session, events=written)
+            await self.seal(conn, tenant_id, idempotency, committed_result(started, run.run_id))
+        return run, started
+
+    async def claim_run(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+        oldest_only: bool = False,
+    ) -> tuple[RunRecord, AppendResult]:
+        async with self.write(tenant_id) as conn:
+            run = await self._get_run(conn, tenant_id, run_id)
+            if run is None or run.status != "queued":
+                raise RunFenced(f"run {run_id} is not queued")
+            if oldest_only and await self._older_queued(conn, run):
+                raise RunAlreadyActive(None)
+            now = utcnow()
+            session = await self._claim_session(
+                conn, run.tenant_id, run.session_id, run.run_id, len(events), now
+            )
+            first = session.last_seq - len(events) + 1
+            written = await self._insert_events(conn, session, events, first_seq=first)
+            claimed = (
+                await conn.execute(
+                    update(runs)
+                    .where(runs.c.tenant_id == run.tenant_id, runs.c.run_id == run.run_id)
+                    .values(
+                        status="running",
+                        lease_owner=owner,
+                        lease_expires_at=lease_until,
+                        started_at=now,
+                        updated_at=now,
+                        first_seq=first,
+                        last_seq=session.last_seq,
+                    )
+                    .returning(*runs.c)
+                )
+            ).one()
+        return run_from_row(claimed), AppendResult(session=session, events=written)
+
+    async def _claim_session(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        run_id: str,
+        n: int,
+        now: datetime,
+        expected: tuple[int, datetime] | None = None,
+    ) -> SessionRecord:
+        """Make `run_id` the session's active run and reserve `n` seqs, or raise.
+
+        Raises:
+            SessionNotFound, RunAlreadyActive, StaleSession (`expected` (version,
+            created_at) given and the session is no longer that).
+        """
+        stmt = update(sessions).where(
+            sessions.c.tenant_id == tenant_id,
+            sessions.c.session_id == session_id,
+            sessions.c.active_run_id.is_(None),
+        )
+        if expected is not None:
+            stmt = stmt.where(
+                sessions.c.version == expected[0], sessions.c.created_at == expected[1]
+            )
+        stmt = stmt.values(
+            active_run_id=run_id,
+            status="running",
+            last_seq=sessions.c.last_seq + n,
+            version=sessions.c.version + 1,
+            updated_at=now,
+        ).returning(*sessions.c)
+        row = (await conn.execute(stmt)).first()
+        if row is not None:
+            return session_from_row(row)
+        active = (
+            await conn.execute(
+                select(sessions.c.active_run_id).where(
+                    sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id
+                )
+            )
+        ).first()
+        if active is None:
+            raise SessionNotFound(session_id)
+        if active.active_run_id is None and expected is not None:
+            raise StaleSession(session_id)
+        raise RunAlreadyActive(active.active_run_id)
+
+    async def _older_queued(self, conn: AsyncConnection, run: RunRecord) -> bool:
+        older = (
+            await conn.execute(
+                select(runs.c.run_id)
+                .where(
+                    runs.c.tenant_id == run.tenant_id,
+                    runs.c.session_id == run.session_id,
+                    runs.c.status == "queued",
+                    runs.c.created_at < run.created_at,
+                )
+                .limit(1)
+            )
+        ).first()
+        return older is not None
+
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        session_id: str,
+        epoch: int,
+        events: list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult:
+        """Three statements: reserve the seqs (and, when finishing, free the session if this
+        run holds it), the fenced update of the run row, the events. A fenced run finds no
+        run row and rolls the whole transaction back, reservation included."""
+        now = utcnow()
+        n = len(events)
+        async with self.write(tenant_id) as conn:
+            params = {
+                "r_tenant": tenant_id,
+                "r_session": session_id,
+                "r_n": n,
+                "r_now": now,
+                "r_run": run_id,
+            }
+            row = (await conn.execute(_reserve_for_run(finish is not None), params)).first()
+            if row is None:
+                raise SessionNotFound(session_id)
+            record = session_from_row(row)
+            values: dict[str, Any] = {
+                "lease_expires_at": lease_until,
+                "updated_at": now,
+                "last_seq": record.last_seq,
+                **(progress or {}),
+            }
+            if finish is not None:
+                values.update(
+                    status=finish.status,
+                    stop_reason=finish.stop_reason,
+                    output=self.redactor.value(finish.output),
+                    error=self.redactor.value(finish.error),
+                    finished_at=now,
+                    lease_expires_at=None,
+                )
+            fenced = (
+                update(runs)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.run_id == run_id,
+                    runs.c.epoch == epoch,
+                    runs.c.status == "running",
+                )
+                .values(**values)
+                .returning(*runs.c)
+            )
+            ended = (await conn.execute(fenced)).first()
+            if ended is None:
+                raise RunFenced(f"run {run_id} was taken over")
+            written = await self._insert_events(
+                conn, record, events, first_seq=record.last_seq - n + 1
+            )
+        run = run_from_row(ended) if finish is not None else None
+        return AppendResult(session=record, events=written, run=run)
+
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
+    ) -> AppendResult | None:
+        async with self.write(tenant_id) as conn:
+            run = await self._get_run(conn, tenant_id, run_id)
+            if run is None or run.status in LIVE:
+                return None
+            row = (
+                await conn.execute(
+                    update(sessions)
+                    .where(
+                        sessions.c.tenant_id == tenant_id,
+                        sessions.c.session_id == run.session_id,
+                        sessions.c.active_run_id == run_id,
+                    )
+                    .values(
+                        last_seq=sessions.c.last_seq + len(events),
+                        version=sessions.c.version + 1,
+                        updated_at=utcnow(),
+                        active_run_id=None,
+                        status="idle",
+                    )
+                    .returning(*sessions.c)
+                )
+            ).first()
+            if row is None:
+                return None  # no longer held by this run: closed already
+            record = session_from_row(row)
+            written = await self._insert_events(
+                conn, record, events, first_seq=record.last_seq - len(events) + 1
+            )
+            await conn.execute(
+                update(runs)
+                .where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
+                .values(last_seq=record.last_seq)
+            )
+        return AppendResult(session=record, events=written)
+
