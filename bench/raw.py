@@ -136,6 +136,23 @@ class RawPostgres:
             )
             return row, snap, tail
 
+    async def match_size(self) -> None:
+        """Pad raw_events to as many rows as session_events holds, so that the raw fork
+        inserts into indexes as large as the store's (index inserts cost more in a larger
+        table; a ratio against an almost empty one would flatter the baseline)."""
+        async with self.pool.acquire() as conn:
+            missing = await conn.fetchval(
+                "SELECT (SELECT count(*) FROM session_events) - (SELECT count(*) FROM raw_events)"
+            )
+            if missing > 0:
+                await conn.execute(
+                    f"INSERT INTO raw_events ({_COLUMNS})"
+                    " SELECT tenant_id, $1 || session_id, seq, gen_random_uuid()::text, xact_id,"
+                    " type, run_id, turn_id, payload, created_at FROM session_events LIMIT $2",
+                    f"pad-{uuid.uuid4().hex[:8]}-",
+                    missing,
+                )
+
     async def fork(self, tenant: str, source: str, at_seq: int, child: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
@@ -262,6 +279,29 @@ class RawSqlite:
             )
             return row, snap, [(*r[:-2], json.loads(r[-2]), r[-1]) for r in tail]
         finally:
+            await conn.execute("COMMIT")
+
+    async def match_size(self) -> None:
+        """Pad raw_events to as many rows as session_events holds (see RawPostgres)."""
+        conn = self.conns[0]
+        async with self.lock:
+            cursor = await conn.execute(
+                "SELECT (SELECT count(*) FROM session_events) - (SELECT count(*) FROM raw_events),"
+                " (SELECT coalesce(max(rowid), 0) FROM session_events)"
+            )
+            missing, top = await cursor.fetchone()
+            if missing <= 0:
+                return
+            base = self.fork_base
+            self.fork_base += top + 1
+            await conn.execute("BEGIN IMMEDIATE")
+            await conn.execute(
+                f"INSERT INTO raw_events ({_COLUMNS}, position)"
+                " SELECT tenant_id, ? || session_id, seq, lower(hex(randomblob(16))), xact_id,"
+                " type, run_id, turn_id, payload, created_at, ? + rowid FROM session_events"
+                " LIMIT ?",
+                (f"pad-{uuid.uuid4().hex[:8]}-", base, missing),
+            )
             await conn.execute("COMMIT")
 
     async def fork(self, tenant: str, source: str, at_seq: int, child: str) -> None:
