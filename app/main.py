@@ -31,6 +31,7 @@ from app.api.access import AccessMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.metrics import Metrics
 from app.api.problems import install_problem_handlers
+from app.api.revocation import StreamRevocationMiddleware
 from app.api.sse_response import StreamSlots
 from app.logs import configure_logging
 from app.runtime.accounts import Accounts
@@ -40,6 +41,7 @@ from app.runtime.models.openai_compat import OpenAICompatibleModel
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.processes import ProcessManager
 from app.runtime.redaction import Redactor
+from app.runtime.revocation import RevocationWatch
 from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.shell import SHELL, shell_tool
@@ -92,6 +94,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await bus.start()
         app.state.bus = bus
         app.state.accounts = Accounts(store)
+        revocations = RevocationWatch(app.state.accounts, interval=settings.sse_key_check_seconds)
+        revocations.start()
+        app.state.revocations = revocations
         runtime = SessionRuntime(
             store,
             limits=Limits(
@@ -153,6 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             app.state.shutdown_event.set()
+            await revocations.stop()
             await runs.shutdown(grace_seconds=5.0)
             if processes is not None:
                 await processes.shutdown()  # records each one before the store closes
@@ -175,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.otel_enabled:
         app.state.tracer_provider = configure_tracing(settings, app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(StreamRevocationMiddleware)
     # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
     routers = (
         sessions.router,

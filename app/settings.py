@@ -188,6 +188,13 @@ class Settings(BaseSettings):
         description="HMAC key of stream tokens; replicas must share it. Unset: random per process.",
     )
     stream_token_ttl_seconds: int = Field(default=300, ge=10, le=3600)
+    sse_key_check_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=4,
+        description="How often the keys of open streams are re-checked: a stream whose key "
+        "was revoked (or deleted with its tenant) ends within this, plus one query.",
+    )
     debug_endpoints: bool = Field(default=False, description="Serve /debug/streams (tests only).")
     agents_file: Path | None = Field(
         default=None,

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.settings import Settings
 from app.store.engine import pgbouncer_connect_args
+from app.store.pg_tls import pool_options
 from app.store.tables import metadata
 
 config = context.config
@@ -68,7 +69,10 @@ async def run_migrations_online() -> None:
     # Migrations should use ASR_DATABASE_DIRECT_URL; if they do go through PgBouncer in
     # transaction mode, they need the same statement settings as the app.
     pgbouncer = _url().startswith("postgresql") and Settings().db_pgbouncer
-    engine = create_async_engine(_url(), connect_args=pgbouncer_connect_args() if pgbouncer else {})
+    url, connect_args = pool_options(_url()) if _url().startswith("postgresql") else (_url(), {})
+    if pgbouncer:
+        connect_args = {**connect_args, **pgbouncer_connect_args()}
+    engine = create_async_engine(url, connect_args=connect_args)
     async with engine.connect() as connection:
         await connection.run_sync(_run_sync)
         await connection.commit()

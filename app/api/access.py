@@ -63,7 +63,7 @@ def route_template(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
     return UNMATCHED_ROUTE
 
 
-def _is_event_stream(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+def is_event_stream(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     """Whether a response's headers start a Server-Sent Events stream."""
     for name, value in headers:
         if name.lower() == b"content-type":
@@ -95,7 +95,7 @@ class AccessMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = list(message.get("headers") or [])
-                if self.metrics is not None and _is_event_stream(headers):
+                if self.metrics is not None and is_event_stream(headers):
                     open_stream.enter_context(sse_stream(self.metrics))
                 headers.append((b"x-request-id", request_id.encode()))
                 message = {**message, "headers": headers}

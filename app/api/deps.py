@@ -71,6 +71,7 @@ async def get_tenant(
     principal = await accounts.authenticate(raw)
     # From here on, every log line of this request names the tenant (and the session).
     bind(tenant_id=principal.tenant_id, session_id=request.path_params.get("session_id"))
+    request.state.key_prefix = principal.key_prefix  # a stream is watched under its key
     return principal
 
 
@@ -87,13 +88,24 @@ async def get_stream_grant(
     ] = None,
 ) -> StreamGrant:
     """Who may read a stream: an API key, or (browsers cannot send headers with EventSource)
-    a short-lived stream token in `?token=`. The key itself never goes in a URL."""
+    a short-lived stream token in `?token=`. The key itself never goes in a URL.
+
+    A token is checked twice: its signature and expiry here, and the key that asked for it
+    in the database, uncached, so that a revoked key's or a deleted tenant's tokens are
+    refused at once rather than until they expire.
+    """
+    accounts: Accounts = request.app.state.accounts
     if credentials is not None:
-        principal = await request.app.state.accounts.authenticate(credentials.credentials)
-        return StreamGrant(tenant_id=principal.tenant_id)
-    if token:
-        return request.app.state.stream_tokens.verify(token)
-    raise Unauthorized()
+        principal = await accounts.authenticate(credentials.credentials)
+        grant = StreamGrant(tenant_id=principal.tenant_id, key_prefix=principal.key_prefix)
+    elif token:
+        grant = request.app.state.stream_tokens.verify(token)
+        assert grant.key_prefix is not None  # verify refuses a token without one
+        await accounts.check_key(grant.key_prefix, grant.tenant_id)
+    else:
+        raise Unauthorized()
+    request.state.key_prefix = grant.key_prefix  # a stream is watched under its key
+    return grant
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

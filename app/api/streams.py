@@ -162,7 +162,9 @@ async def create_stream_token(
 ) -> dict:
     if body.session_id is not None:
         await runtime.get(tenant.tenant_id, body.session_id)
-    grant = StreamGrant(tenant_id=tenant.tenant_id, session_id=body.session_id)
+    grant = StreamGrant(
+        tenant_id=tenant.tenant_id, session_id=body.session_id, key_prefix=tenant.key_prefix
+    )
     token, expires = request.app.state.stream_tokens.issue(grant, ttl_seconds=body.ttl_seconds)
     return {
         "token": token,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ class AccountStorePort(Protocol):
     async def get_api_key(self, prefix: str) -> ApiKeyRecord | None: ...
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]: ...
     async def revoke_api_key(self, prefix: str) -> bool: ...
+    async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,22 @@ class Accounts:
         await self._store.create_tenant("default")
         raw, _ = await self.create_key("default", name="bootstrap")
         return raw
+
+    async def check_key(self, prefix: str, tenant_id: str) -> None:
+        """Refuse a key that is revoked, gone (with its tenant) or another tenant's, reading
+        the database now: unlike `authenticate`, never from the cache. For stream tokens,
+        whose signature outlives the key that asked for them.
+
+        Raises:
+            Unauthorized: the key is not live for this tenant.
+        """
+        record = await self._store.get_api_key(prefix)
+        if record is None or record.revoked_at is not None or record.tenant_id != tenant_id:
+            raise Unauthorized()
+
+    async def live_key_prefixes(self, prefixes: Collection[str]) -> set[str]:
+        """Those of `prefixes` whose key is live now (not cached; one query)."""
+        return await self._store.list_live_key_prefixes(prefixes)
 
     async def authenticate(self, raw: str | None) -> Principal:
         """Raises Unauthorized (one message) for a missing, malformed, unknown or revoked key."""

@@ -5,6 +5,12 @@ URL (access logs, browser history, Referer). A client with a key asks for a toke
 scoped to its tenant and optionally to one session, valid for minutes, and signed with
 HMAC-SHA-256 under a server secret, so any replica that shares the secret can check it
 without a database round trip. Format: `ast1.<base64url JSON claims>.<base64url MAC>`.
+
+A token names the API key that asked for it (its public prefix, claim `k`): the signature
+proves the token is ours and unexpired, but only the key says whether its holder may still
+read. Opening a stream with a token checks that key in the database (revoked, or gone with
+its tenant: refused at once), and open streams re-check it (`app.runtime.revocation`).
+A token without `k` (from an older release) is refused; clients ask for a new one.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ _PREFIX = "ast1"
 
 @dataclass(frozen=True, slots=True)
 class StreamGrant:
-    """What a stream request may read: one tenant, and one session or all of them."""
+    """What a stream request may read: one tenant, and one session or all of them; and the
+    API key the right comes from (its prefix), which must still be live."""
 
     tenant_id: str
     session_id: str | None = None
+    key_prefix: str | None = None
 
 
 def _b64(raw: bytes) -> str:
@@ -52,7 +60,8 @@ class StreamTokens:
         """A token for `grant`; returns (token, expiry as Unix seconds)."""
         ttl = min(ttl_seconds or self.ttl_seconds, self.ttl_seconds)
         expires = int((now if now is not None else time.time()) + ttl)
-        claims = {"t": grant.tenant_id, "s": grant.session_id, "exp": expires}
+        claims = {"t": grant.tenant_id, "s": grant.session_id, "k": grant.key_prefix}
+        claims["exp"] = expires
         body = f"{_PREFIX}.{_b64(json.dumps(claims, separators=(',', ':')).encode())}"
         return f"{body}.{self._mac(body)}", expires
 
@@ -68,11 +77,14 @@ class StreamTokens:
         try:
             claims = json.loads(_unb64(body.split(".", 1)[1]))
             tenant_id, session_id, expires = claims["t"], claims["s"], int(claims["exp"])
+            key_prefix = claims["k"]
         except (ValueError, KeyError, TypeError):
             raise Unauthorized() from None
-        if expires <= (now if now is not None else time.time()) or not isinstance(tenant_id, str):
+        if expires <= (now if now is not None else time.time()):
             raise Unauthorized()
-        return StreamGrant(tenant_id=tenant_id, session_id=session_id)
+        if not isinstance(tenant_id, str) or not isinstance(key_prefix, str):
+            raise Unauthorized()
+        return StreamGrant(tenant_id=tenant_id, session_id=session_id, key_prefix=key_prefix)
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._secret, body.encode(), hashlib.sha256).digest())

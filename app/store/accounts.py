@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -90,6 +91,17 @@ class AccountStore(StoreBase):
         async with self.read(ALL_TENANTS) as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.prefix == prefix))).first()
         return _key(row) if row is not None else None
+
+    async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]:
+        """Those of `prefixes` whose key exists and is not revoked (one query for all of them:
+        open streams re-check their keys with it, every few seconds)."""
+        if not prefixes:
+            return set()
+        query = select(api_keys.c.prefix).where(
+            api_keys.c.prefix.in_(sorted(prefixes)), api_keys.c.revoked_at.is_(None)
+        )
+        async with self.read(ALL_TENANTS) as conn:
+            return {row[0] for row in (await conn.execute(query)).all()}
 
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
         async with self.read(tenant_id) as conn:

@@ -26,11 +26,11 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy import select
-from sqlalchemy.engine import make_url
 
 from app.settings import Settings
 from app.store.ledger import LedgerStore
 from app.store.notify import CHANNEL, Wakeup, decode_wakeup
+from app.store.pg_tls import asyncpg_dsn
 from app.store.subscription import Delivery, Ephemeral, Subscription
 from app.store.tables import sessions
 
@@ -339,8 +339,9 @@ async def _close(conn: asyncpg.Connection, *, graceful: bool) -> None:
 def listen_dsn(settings: Settings) -> str:
     """The asyncpg DSN of the LISTEN connection: ASR_LISTEN_DATABASE_URL, else the DB URL."""
     # A pooler in transaction mode cannot LISTEN: prefer the LISTEN URL, then the direct one.
-    url = make_url(settings.listen_database_url or settings.direct_url)
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+    # Its TLS parameters are read as the pool reads them (an `ssl=` left in a DSN would go to
+    # the server as a setting, which it refuses).
+    return asyncpg_dsn(settings.listen_database_url or settings.direct_url)
 
 
 def make_bus(settings: Settings, store: LedgerStore) -> EventBus:

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.settings import Settings
+from app.store.pg_tls import pool_options
 
 # Execution option that marks a connection's next transaction as a write.
 WRITE_OPTION = "asr_write"
@@ -34,11 +35,14 @@ def make_engine(settings: Settings) -> AsyncEngine:
         engine = create_async_engine(url, pool_size=settings.db_pool_size, max_overflow=0)
         _install_sqlite_hooks(engine)
         return engine
+    # TLS parameters (`?ssl=require`, `?sslmode=verify-full&sslrootcert=...`) mean the same
+    # here as on the LISTEN connection (see pg_tls).
+    url, tls_args = pool_options(url)
     engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
-        connect_args=pgbouncer_connect_args() if settings.db_pgbouncer else {},
+        connect_args={**tls_args, **(pgbouncer_connect_args() if settings.db_pgbouncer else {})},
         execution_options={PGBOUNCER_OPTION: True} if settings.db_pgbouncer else {},
     )
     _install_idle_ping(engine)

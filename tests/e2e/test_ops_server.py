@@ -6,20 +6,13 @@
   200. Runs in the PostgreSQL pass only, and needs the server binaries and a `postgres`
   system user (initdb refuses to run as root); elsewhere it is skipped with the reason.
 - SIGTERM: the process logs JSON lines, sets its shutdown event at once (logged), and ends
-  cleanly (uvicorn re-raises the signal after its shutdown) well within the graceful period.
+  cleanly (uvicorn re-raises the signal after its shutdown); a bounded wait stops a hung exit.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import json
-import os
-import pwd
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,73 +21,18 @@ import httpx
 import pytest
 
 from app.store.migrations import upgrade_head
-from tests.conftest import Server, free_port, start_server, stop_server
+from tests.conftest import Server, start_server, stop_server
+from tests.pgcluster import ThrowawayPostgres, throwaway_cluster
 
 POLL_SECONDS = 20
-
-
-def _pg_bin(name: str) -> str | None:
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return found[-1] if found else shutil.which(name)
-
-
-class ThrowawayPostgres:
-    """A PostgreSQL cluster of our own, so that stopping it harms no other test."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.data = root / "data"
-        self.port = free_port()
-        self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *args: str, timeout: float = 60) -> None:
-        command = ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else list(args)
-        subprocess.run(command, check=True, capture_output=True, timeout=timeout)
-
-    def init(self) -> None:
-        initdb = _pg_bin("initdb")
-        assert initdb is not None
-        self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
-
-    def start(self) -> None:
-        options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} "
-            "-c fsync=off -c full_page_writes=off"
-        )
-        pg_ctl = _pg_bin("pg_ctl")
-        assert pg_ctl is not None
-        log = str(self.root / "postgres.log")
-        self._run(pg_ctl, "-D", str(self.data), "-o", options, "-l", log, "-w", "-t", "30", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        pg_ctl = _pg_bin("pg_ctl")
-        assert pg_ctl is not None
-        self._run(pg_ctl, "-D", str(self.data), "-m", mode, "-w", "-t", "30", "stop")
 
 
 @pytest.fixture
 def throwaway_postgres(is_postgres: bool) -> Iterator[ThrowawayPostgres]:
     if not is_postgres:
         pytest.skip("the readiness outage test runs in the PostgreSQL pass")
-    if _pg_bin("initdb") is None or _pg_bin("pg_ctl") is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed")
-    if os.geteuid() == 0:
-        try:
-            user = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root without a `postgres` user for initdb")
-    root = Path(tempfile.mkdtemp(prefix="asr-pg-"))
-    if os.geteuid() == 0:
-        os.chown(root, user.pw_uid, user.pw_gid)
-    cluster = ThrowawayPostgres(root)
-    try:
-        cluster.init()
-        cluster.start()
+    with throwaway_cluster() as cluster:
         yield cluster
-    finally:
-        with contextlib.suppress(subprocess.SubprocessError):
-            cluster.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait_for(check: Callable[[], bool], what: str) -> None:

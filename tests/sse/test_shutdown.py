@@ -1,5 +1,6 @@
 """Graceful shutdown with streams open: each gets a final `shutdown` frame (no id) naming
-where to resume, and the process exits well inside uvicorn's 20 s graceful timeout."""
+where to resume, and the process exits by itself (a bounded wait stops a hung exit; how fast
+it goes is not judged here)."""
 
 from __future__ import annotations
 
