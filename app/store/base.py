@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
@@ -33,7 +34,7 @@ def as_utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-class StoreBase:
+class StoreBase(ABC):
     """Owns the engine and opens read and write transactions on it.
 
     What differs between the databases is not decided here but by the backend's class
@@ -112,14 +113,14 @@ class StoreBase:
             await self._scope(conn, tenant_id)
             yield conn
 
+    @abstractmethod
     async def _scope(self, conn: AsyncConnection, tenant_id: str) -> None:
         """Bind the transaction to `tenant_id` (PostgreSQL's row-level security). The
-        application's own tenant filters are the first wall everywhere; SQLite, the
-        single-tenant embedded default, has no second one."""
+        application's own tenant filters are the first wall everywhere."""
 
+    @abstractmethod
     def insert(self, table: Any) -> Any:
         """The dialect's INSERT, which knows ON CONFLICT on both databases."""
-        raise NotImplementedError
 
 
 _APPENDED = "asr_appended_event_types"

@@ -117,6 +117,10 @@ class SqliteStore(AgentSessionStore):
     def insert(self, table: Any) -> Any:
         return sqlite.insert(table)
 
+    async def _scope(self, conn: AsyncConnection, tenant_id: str) -> None:
+        """Nothing: SQLite, the single-tenant embedded default, has no row-level security;
+        the application's own tenant filters are the wall."""
+
     # ------------------------------------------------------------ idempotency
 
     async def seal(
