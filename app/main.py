@@ -28,6 +28,7 @@ from app.api import delegation as delegation_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
 from app.api.access import AccessMiddleware
+from app.api.cors import install_cors
 from app.api.limits import BodyLimitMiddleware
 from app.api.metrics import Metrics
 from app.api.problems import install_problem_handlers
@@ -46,7 +47,7 @@ from app.runtime.shell import SHELL, shell_tool
 from app.runtime.stream_tokens import StreamTokens
 from app.runtime.tools import ToolRegistry
 from app.runtime.workspace import ProcessPolicy, split_names
-from app.settings import Settings, get_settings
+from app.settings import Settings, get_settings, split_origins
 from app.store.bus import make_bus
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
@@ -175,7 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.otel_enabled:
         app.state.tracer_provider = configure_tracing(settings, app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
+    # Outside the body limit: a 413 from it still gets a request id and a label.
     routers = (
         sessions.router,
         memory.router,
@@ -194,6 +195,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     routes = [route for router in routers for route in router.routes]
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
+    # Outermost: every answer the app gives (a 401, a 413 from the body limit) carries the
+    # CORS headers, or a browser could not read the problem document.
+    install_cors(app, split_origins(settings.cors_origins))
     for router in routers:
         app.include_router(router)
     return app
