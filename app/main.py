@@ -23,7 +23,18 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
-from app.api import agents, debug, event_types, events, memory, ops, runs, sessions, streams
+from app.api import (
+    agents,
+    debug,
+    docs,
+    event_types,
+    events,
+    memory,
+    ops,
+    runs,
+    sessions,
+    streams,
+)
 from app.api import delegation as delegation_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
@@ -166,6 +177,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Served by app.api.docs with their assets from this process (no CDN).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.stream_slots = StreamSlots(settings.sse_max_streams_per_tenant)
@@ -191,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         event_types.router,
         ops.router,
         ui_router,
+        docs.router,
         *((debug.router,) if settings.debug_endpoints else ()),
     )
     routes = [route for router in routers for route in router.routes]
