@@ -42,6 +42,7 @@ from app.api.access import AccessMiddleware
 from app.api.cors import install_cors
 from app.api.limits import BodyLimitMiddleware
 from app.api.metrics import Metrics
+from app.api.openapi import install_openapi, operation_id
 from app.api.problems import install_problem_handlers
 from app.api.sse_response import StreamSlots
 from app.logs import configure_logging
@@ -180,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Served by app.api.docs with their assets from this process (no CDN).
         docs_url=None,
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     app.state.settings = settings
     app.state.stream_slots = StreamSlots(settings.sse_max_streams_per_tenant)
@@ -215,6 +217,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_cors(app, split_origins(settings.cors_origins))
     for router in routers:
         app.include_router(router)
+    install_openapi(app)
     return app
 
 

@@ -232,10 +232,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 ALWAYS = (400, 401, 413, 422, 503)
 
 
-def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries for the problem statuses a route can answer."""
+def problem_responses(*statuses: int, always: bool = True) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries for the problem statuses a route can answer (with
+    `always`, also those any authenticated route with parameters can answer)."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in sorted({*statuses, *ALWAYS}):
+    for status in sorted({*statuses, *(ALWAYS if always else ())}):
         out[status] = {
             "model": Problem,
             "description": _DESCRIPTIONS.get(status, "Problem"),

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.api.event_models import EventRead, EventTypeName
 from app.runtime.agent import AgentSpec
 from app.runtime.json_limits import check_json_value
 from app.runtime.memory import ContentPart, MemoryItem
@@ -84,7 +85,7 @@ class AgentList(BaseModel):
 
 
 class EventTypeRead(BaseModel):
-    type: str = Field(description="The event type, as events carry it.")
+    type: EventTypeName
     description: str = Field(description="What an event of this type records, in one line.")
     payload_schema: dict[str, Any] = Field(
         description="JSON Schema (2020-12) of the payload; it accepts every payload a ledger "
@@ -143,18 +144,6 @@ class RestoreRequest(_Request):
 class MemoryRead(BaseModel):
     items: list[dict[str, Any]]
     summary: str | None
-
-
-class EventRead(BaseModel):
-    event_id: str
-    session_id: str
-    seq: int
-    type: str
-    run_id: str | None
-    turn_id: str | None
-    payload: dict[str, Any]
-    created_at: datetime
-    position: int
 
 
 class EventList(BaseModel):
