@@ -59,6 +59,38 @@ Control frames never carry an id, so `Last-Event-ID` always names the last ledge
 received."""
 
 FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServerSentEvent": {
+        "type": "object",
+        "description": "One frame of an event stream, as a client's SSE parser hands it over.",
+        "properties": {
+            "event": {
+                "type": "string",
+                "description": "An event type, `delta`, `overflow`, `shutdown` or `ERROR`.",
+            },
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {
+                    "anyOf": [
+                        {"$ref": "#/components/schemas/EventList/properties/data/items"},
+                        {"$ref": "#/components/schemas/DeltaFrame"},
+                        {"$ref": "#/components/schemas/StreamEndFrame"},
+                        {"$ref": "#/components/schemas/ShutdownFrame"},
+                        {"$ref": "#/components/schemas/Problem"},
+                    ]
+                },
+                "description": "JSON: an event (any of the `*Event` schemas, by `event`), a "
+                "`DeltaFrame`, a `StreamEndFrame`, a `ShutdownFrame` or a `Problem`.",
+            },
+            "id": {
+                "type": "string",
+                "description": "A ledger event's seq (tenant stream: its cursor). Control "
+                "frames and deltas carry none of their own.",
+            },
+            "retry": {"type": "integer", "description": "Reconnection delay (ms), sent once."},
+        },
+        "required": ["event", "data"],
+    },
     "DeltaFrame": {
         "type": "object",
         "description": "A piece of the model's output as it is generated (not in the ledger).",
@@ -121,7 +153,10 @@ def install_openapi(app: FastAPI) -> None:
 def contract(document: dict[str, Any]) -> dict[str, Any]:
     """FastAPI's document with names, examples, problems and stream frames filled in."""
     document = _renamed(document)
-    document.setdefault("components", {}).setdefault("schemas", {}).update(FRAME_SCHEMAS)
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(FRAME_SCHEMAS)
+    _describe_recovery_object(schemas)
+    _describe_memory_items(schemas)
     names = {v: k for k, v in RENAMED.items()}
     for path, item in document["paths"].items():
         for operation in item.values():
@@ -129,6 +164,75 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
             name = names.get(_snake(op_id), _snake(op_id))
             _describe(operation, path, OPERATIONS.get(name, {}))
     return document
+
+
+# Union members are told apart by `type`: it has a default in the models, but a union member
+# without it matches no member, so the document must call it required.
+TAGGED = (
+    "MessageItem",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "TextPart",
+    "ImagePart",
+    "FilePart",
+)
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def _describe_memory_items(schemas: dict[str, Any]) -> None:
+    """What the runtime's item models check beyond their fields: the tag, and for an image or
+    file exactly one source, a URL (http, https or data:) or inline base64 data."""
+    for name in TAGGED:
+        schema = schemas.get(name)
+        if schema is not None and "type" in schema.get("properties", {}):
+            schema["required"] = sorted({*schema.get("required", []), "type"})
+    for name in ("ImagePart", "FilePart"):
+        schema = schemas.get(name)
+        if schema is None:
+            continue
+        schema["oneOf"] = [
+            {
+                "required": ["url"],
+                "properties": {
+                    "url": {"type": "string", "pattern": "^(https?://|data:)"},
+                    "data": {"type": "null"},
+                },
+            },
+            {
+                "required": ["data"],
+                "properties": {
+                    "data": {"type": "string", "pattern": BASE64},
+                    "url": {"type": "null"},
+                },
+            },
+        ]
+
+
+def _describe_recovery_object(schemas: dict[str, Any]) -> None:
+    """Say what `restore` accepts as `state`: a recovery object (as `GET .../state` returns
+    it), of which the service reads `memory` (the same items as an append takes) and
+    `max_items`, and keeps nothing else. The model takes any object and the runtime checks it;
+    the document says which objects pass."""
+    restore = schemas.get("RestoreRequest", {}).get("properties", {})
+    items = schemas.get("ItemsAppend", {}).get("properties", {}).get("items", {}).get("items")
+    if "state" not in restore or items is None:
+        return
+    restore["state"] = {
+        "type": "object",
+        "description": restore["state"].get("description", ""),
+        "properties": {
+            "memory": {
+                "type": "object",
+                "properties": {
+                    "items": {"type": "array", "items": items},
+                    "summary": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                },
+            },
+            "max_items": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
+        },
+        "required": ["memory"],
+        "additionalProperties": True,
+    }
 
 
 def _snake(camel: str) -> str:
@@ -146,10 +250,24 @@ def _renamed(document: dict[str, Any]) -> dict[str, Any]:
     return json.loads(text)
 
 
+# Path and query text may not hold NUL (400 `invalid_characters`, before routing).
+NO_NUL = "^[^\\u0000]*$"
+
+
+def _no_nul(schema: dict[str, Any]) -> None:
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "string":
+            branch.setdefault("pattern", NO_NUL)
+        elif branch.get("type") == "array":
+            _no_nul(branch.get("items", {}))
+
+
 def _describe(operation: dict[str, Any], path: str, examples: dict[str, Any]) -> None:
     for parameter in operation.get("parameters", []):
         if parameter["name"] in PARAMETERS:
             parameter["example"] = PARAMETERS[parameter["name"]]
+        if parameter["in"] in ("path", "query"):
+            _no_nul(parameter.get("schema", {}))
     request = examples.get("request")
     body = operation.get("requestBody", {}).get("content", {}).get("application/json")
     if body is not None and request is not None:
@@ -165,7 +283,10 @@ def _describe(operation: dict[str, Any], path: str, examples: dict[str, Any]) ->
             content["application/json"]["example"] = examples["responses"][code]
         if SSE in content:
             content[SSE] = {
-                "schema": {"type": "string", "description": SSE_DESCRIPTION},
+                "schema": {
+                    "$ref": "#/components/schemas/ServerSentEvent",
+                    "description": SSE_DESCRIPTION,
+                },
                 "example": examples.get("stream", ""),
             }
         if "text" in examples and code == 200:

@@ -112,7 +112,7 @@ def test_stream_answers_describe_their_frames(spec: dict) -> None:
             assert "event: " in media["example"], (verb, path)
             streams += 1
     assert streams == 6  # two timelines, and four routes that may stream a run
-    for name in ("DeltaFrame", "StreamEndFrame", "ShutdownFrame"):
+    for name in ("ServerSentEvent", "DeltaFrame", "StreamEndFrame", "ShutdownFrame"):
         assert name in spec["components"]["schemas"]
 
 
