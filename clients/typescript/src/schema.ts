@@ -1517,7 +1517,13 @@ export interface components {
             type: "file";
             /** Filename */
             filename?: string | null;
-        };
+        } & ({
+            url: string;
+            data?: null;
+        } | {
+            data: string;
+            url?: null;
+        });
         /**
          * FinalOutput
          * @description The run's final answer (a completed run only).
@@ -1605,6 +1611,11 @@ export interface components {
              * @default false
              */
             rebind?: boolean;
+        } | {
+            /** @constant */
+            rebind?: false;
+        } | {
+            binding: Record<string, never>;
         };
         /** FunctionCallItem */
         FunctionCallItem: {
@@ -1661,7 +1672,13 @@ export interface components {
              * @enum {string}
              */
             type: "image";
-        };
+        } & ({
+            url: string;
+            data?: null;
+        } | {
+            data: string;
+            url?: null;
+        });
         /** ItemsAppend */
         ItemsAppend: {
             /** Items */
@@ -2416,11 +2433,14 @@ export interface components {
         };
         /** RestoreRequest */
         RestoreRequest: {
-            /**
-             * State
-             * @description A recovery object, as GET .../state returns it.
-             */
+            /** @description A recovery object, as GET .../state returns it. */
             state: {
+                memory: {
+                    items?: (components["schemas"]["MessageItem"] | components["schemas"]["FunctionCallItem"] | components["schemas"]["FunctionCallOutputItem"])[];
+                    summary?: string | null;
+                };
+                max_items?: number | null;
+            } & {
                 [key: string]: unknown;
             };
         };
@@ -3762,6 +3782,17 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description One frame of an event stream, as a client's SSE parser hands it over. */
+        ServerSentEvent: {
+            /** @description An event type, `delta`, `overflow`, `shutdown` or `ERROR`. */
+            event: string;
+            /** @description JSON: an event (any of the `*Event` schemas, by `event`), a `DeltaFrame`, a `StreamEndFrame`, a `ShutdownFrame` or a `Problem`. */
+            data: string;
+            /** @description A ledger event's seq (tenant stream: its cursor). Control frames and deltas carry none of their own. */
+            id?: string;
+            /** @description Reconnection delay (ms), sent once. */
+            retry?: number;
+        };
         /** @description A piece of the model's output as it is generated (not in the ledger). */
         DeltaFrame: {
             /** @description `delta`. */
@@ -3946,10 +3977,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path?: never;
@@ -4461,10 +4489,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -4661,10 +4686,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -5034,15 +5056,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description The session version (ETag) expected.
-                 * @example "11"
-                 */
+                /** @description The session version (ETag) expected. */
                 "If-Match"?: string | null;
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -5227,10 +5243,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -5429,10 +5442,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -5645,15 +5655,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description The session version (ETag) expected.
-                 * @example "11"
-                 */
+                /** @description The session version (ETag) expected. */
                 "If-Match"?: string | null;
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -6212,10 +6216,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -6742,10 +6743,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -6809,7 +6807,7 @@ export interface operations {
                      *     event: RUN_FINISHED
                      *     data: {"seq": 11, "type": "RUN_FINISHED", "payload": {"status": "finished", "stop_reason": "COMPLETED"}, ...}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             /** @description background: accepted; poll the Location */
@@ -7304,10 +7302,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -7375,7 +7370,7 @@ export interface operations {
                      *     event: RUN_FINISHED
                      *     data: {"seq": 11, "type": "RUN_FINISHED", "payload": {"status": "finished", "stop_reason": "COMPLETED"}, ...}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             /** @description background: accepted; poll the Location */
@@ -7526,10 +7521,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -7593,7 +7585,7 @@ export interface operations {
                      *     event: RUN_FINISHED
                      *     data: {"seq": 11, "type": "RUN_FINISHED", "payload": {"status": "finished", "stop_reason": "COMPLETED"}, ...}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             /** @description background: accepted; poll the Location */
@@ -7902,10 +7894,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path?: never;
@@ -7968,7 +7957,7 @@ export interface operations {
                      *     event: RUN_FINISHED
                      *     data: {"seq": 11, "type": "RUN_FINISHED", "payload": {"status": "finished", "stop_reason": "COMPLETED"}, ...}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             /** @description background: accepted; poll the Location */
@@ -8261,10 +8250,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -8784,10 +8770,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -9124,10 +9107,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description Retry-safe key: the same key and body replay the stored response.
-                 * @example 3f2c8a4e-create-demo
-                 */
+                /** @description Retry-safe key: the same key and body replay the stored response. */
                 "Idempotency-Key"?: string | null;
             };
             path: {
@@ -9695,7 +9675,7 @@ export interface operations {
                      *     event: overflow
                      *     data: {"resume_after": "1", "detail": "this client fell too far behind; reconnect with Last-Event-ID"}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             /** @description Malformed request */
@@ -9873,7 +9853,7 @@ export interface operations {
                      *     event: overflow
                      *     data: {"resume_after": "1", "detail": "this client fell too far behind; reconnect with Last-Event-ID"}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ServerSentEvent"];
                 };
             };
             /** @description Malformed request */
