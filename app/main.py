@@ -23,13 +23,26 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
-from app.api import agents, debug, event_types, events, memory, ops, runs, sessions, streams
+from app.api import (
+    agents,
+    debug,
+    docs,
+    event_types,
+    events,
+    memory,
+    ops,
+    runs,
+    sessions,
+    streams,
+)
 from app.api import delegation as delegation_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
 from app.api.access import AccessMiddleware
+from app.api.cors import install_cors
 from app.api.limits import BodyLimitMiddleware
 from app.api.metrics import Metrics
+from app.api.openapi import install_openapi, operation_id
 from app.api.problems import install_problem_handlers
 from app.api.revocation import StreamRevocationMiddleware
 from app.api.sse_response import StreamSlots
@@ -48,7 +61,7 @@ from app.runtime.shell import SHELL, shell_tool
 from app.runtime.stream_tokens import StreamTokens
 from app.runtime.tools import ToolRegistry
 from app.runtime.workspace import ProcessPolicy, split_names
-from app.settings import Settings, get_settings
+from app.settings import Settings, get_settings, split_origins
 from app.store.bus import make_bus
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
@@ -171,6 +184,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Served by app.api.docs with their assets from this process (no CDN).
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     app.state.settings = settings
     app.state.stream_slots = StreamSlots(settings.sse_max_streams_per_tenant)
@@ -182,7 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.tracer_provider = configure_tracing(settings, app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StreamRevocationMiddleware)
-    # Added last, so outermost: a 413 from the body limit still gets a request id and a label.
+    # Outside the body limit: a 413 from it still gets a request id and a label.
     routers = (
         sessions.router,
         memory.router,
@@ -197,12 +214,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         event_types.router,
         ops.router,
         ui_router,
+        docs.router,
         *((debug.router,) if settings.debug_endpoints else ()),
     )
     routes = [route for router in routers for route in router.routes]
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
+    # Outermost: every answer the app gives (a 401, a 413 from the body limit) carries the
+    # CORS headers, or a browser could not read the problem document.
+    install_cors(app, split_origins(settings.cors_origins))
     for router in routers:
         app.include_router(router)
+    install_openapi(app)
     return app
 
 

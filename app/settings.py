@@ -195,6 +195,11 @@ class Settings(BaseSettings):
         description="How often the keys of open streams are re-checked: a stream whose key "
         "was revoked (or deleted with its tenant) ends within this, plus one query.",
     )
+    cors_origins: str = Field(
+        default="",
+        description="Browser origins allowed to call the API from another origin, exact and "
+        "comma-separated (e.g. `https://app.example.com,http://localhost:5173`); empty: none.",
+    )
     debug_endpoints: bool = Field(default=False, description="Serve /debug/streams (tests only).")
     agents_file: Path | None = Field(
         default=None,
@@ -245,6 +250,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is not a program name")
         return value
 
+    @field_validator("cors_origins")
+    @classmethod
+    def _exact_origins(cls, value: str) -> str:
+        # Exact origins only: a wildcard would let any page drive the API with a key it holds,
+        # and a path or trailing slash could never equal a browser's Origin header.
+        for origin in split_origins(value):
+            scheme, sep, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+                raise ValueError(f"{origin!r} is not an origin such as https://app.example.com")
+        return value
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
@@ -259,3 +275,8 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Settings from the environment, read once per process."""
     return Settings()
+
+
+def split_origins(value: str) -> list[str]:
+    """`ASR_CORS_ORIGINS` as a list: comma-separated, blanks dropped."""
+    return [part.strip() for part in value.split(",") if part.strip()]

@@ -1,4 +1,4 @@
-"""PostgreSQL set up as README's Security section says: an owner role and an app role.
+"""PostgreSQL set up as docs/how-to/security.md says: an owner role and an app role.
 
 `deploy/postgres/roles.sql` (the operators' script, run here as written) makes both in a
 fresh database; migrations run as the owner; the service connects as the app role, which

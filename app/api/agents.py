@@ -22,4 +22,7 @@ router = APIRouter(prefix="/v1/agents", tags=["agents"])
     responses=problem_responses(401),
 )
 async def list_agents(tenant: TenantDep, blueprints: BlueprintsDep) -> dict:
+    """The named agent blueprints of this service (`ASR_AGENTS_FILE`), usable as
+    `agent_name` when creating a session.
+    """
     return {"data": [blueprint.to_json() for blueprint in blueprints.list()]}

@@ -36,6 +36,9 @@ async def delegate(
     delegator: DelegatorDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Hand a subtask to a child session (same root, the caller's binding) and wait for its run
+    to end; returns the child and its run.
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         return await _delegated(
             await delegator.delegate(

@@ -24,4 +24,7 @@ router = APIRouter(prefix="/v1", tags=["events"])
     responses=problem_responses(401),
 )
 async def list_event_types(tenant: TenantDep) -> dict:
+    """The event catalogue: every event type, what it records, and its payload's JSON
+    Schema. Generated from the payload models the runtime writes with, so it cannot drift.
+    """
     return {"data": [info.to_json() for info in event_catalogue()]}

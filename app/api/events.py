@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.api.deps import RuntimeDep, SettingsDep, TenantDep
 from app.api.problems import problem_responses
 from app.api.schemas import MAX_SEQ, EventList
+from app.api.views import event_json
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 
@@ -50,7 +51,11 @@ async def list_events(
     types: Annotated[list[str] | None, Query(max_length=64)] = None,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 100,
-) -> Response | dict:
+) -> Response:
+    """The session's ledger: a page of events after `after_seq`, filtered by `types` and
+    `run_id`. With `Accept: application/x-ndjson`, every matching event, one JSON object a line.
+    Each event's `payload` is typed by its `type` (see `GET /v1/event-types`).
+    """
     wanted = _types(types)
     if NDJSON in request.headers.get("accept", ""):
         await runtime.get(tenant.tenant_id, session_id)  # 404 before the stream starts
@@ -67,7 +72,7 @@ async def list_events(
                     limit=_EXPORT_BATCH,
                 )
                 for event in batch:
-                    yield json.dumps(event.to_json(), separators=(",", ":")).encode() + b"\n"
+                    yield json.dumps(event_json(event), separators=(",", ":")).encode() + b"\n"
                 if len(batch) < _EXPORT_BATCH:
                     return
                 cursor = batch[-1].seq
@@ -82,7 +87,11 @@ async def list_events(
         run_id=run_id,
         limit=page,
     )
-    return {
-        "data": [e.to_json() for e in events],
-        "next_after_seq": events[-1].seq if len(events) == page else None,
-    }
+    # A JSON response, not a dict: the stored payloads go out as written, never re-validated
+    # (and so never reshaped) by the typed event models that document them.
+    return JSONResponse(
+        {
+            "data": [event_json(e) for e in events],
+            "next_after_seq": events[-1].seq if len(events) == page else None,
+        }
+    )

@@ -35,6 +35,10 @@ async def compact(
     body: CompactRequest | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Compact memory now with a strategy (`truncate`, `summarize` or `tool_results`; default:
+    the agent's policy), or only close the auto-compaction breaker (`reset_breaker`). Writes
+    MEMORY_COMPRESS; the items dropped stay in the ledger.
+    """
     asked = body or CompactRequest()
     overrides = {
         k: v
@@ -93,6 +97,9 @@ async def context(
     max_input_tokens: Annotated[int | None, Query(ge=1)] = None,
     reserved_output_tokens: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict:
+    """Preview the context projection for a token budget: which items would be sent to the
+    model and which dropped. Memory is not changed.
+    """
     loaded = await runtime.load(tenant.tenant_id, session_id)
     spec = AgentSpec.model_validate(loaded.session.agent or {})
     budget = budget_of(

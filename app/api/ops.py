@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api.metrics import CONTENT_TYPE
-from app.api.problems import problem_response
+from app.api.problems import problem_response, problem_responses
 
 router = APIRouter(tags=["operations"])
 
@@ -30,15 +30,21 @@ READINESS_BUDGET_SECONDS = 2.5
 
 @router.get("/healthz", summary="Liveness: the process answers")
 async def healthz() -> dict:
+    """Liveness: 200 while the process can answer at all. A database outage does not fail it,
+    so an orchestrator does not restart healthy replicas.
+    """
     return {"status": "ok"}
 
 
 @router.get(
     "/readyz",
     summary="Readiness: database reachable, schema at head, not shutting down",
-    responses={503: {"description": "Not ready; `reason` says why"}},
+    responses=problem_responses(503, always=False),
 )
 async def readyz(request: Request) -> JSONResponse:
+    """Readiness: 200 when this replica should get traffic (database reachable, schema at the
+    head this code expects, not shutting down); 503 with a `reason` otherwise.
+    """
     state = request.app.state
     if state.shutdown_event.is_set():
         return _not_ready(request, "shutting_down", "the process is draining before it exits")
@@ -76,9 +82,13 @@ def _not_ready(request: Request, reason: str, detail: str, **extra: Any) -> JSON
     "/metrics",
     summary="Prometheus metrics (text exposition format)",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}},
+        **problem_responses(404, always=False),
+    },
 )
 async def metrics(request: Request) -> Response:
+    """Prometheus metrics in the text exposition format (404 when metrics are disabled)."""
     registry = request.app.state.metrics
     if registry is None:
         return problem_response(

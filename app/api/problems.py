@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.runtime import errors as e
 from app.runtime.compaction import CompactionFailed
@@ -192,14 +193,32 @@ _HTTP_CODES = {
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    headers = getattr(exc, "headers", None)
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
     return problem_response(
         request,
         status=exc.status_code,
         code=code,
         title=str(exc.detail),
         detail=str(exc.detail),
-        headers=getattr(exc, "headers", None),
+        headers=headers,
     )
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method the requested path answers, for a 405's `Allow` header.
+
+    Each method of a path is a route of its own, and the router names only the first route
+    whose path matched; a client reading `Allow` must see them all (HEAD and OPTIONS, which
+    no route documents, left out).
+    """
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(route_methods)
+    return ", ".join(sorted(methods - {"HEAD", "OPTIONS"}))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -232,10 +251,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 ALWAYS = (400, 401, 413, 422, 503)
 
 
-def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries for the problem statuses a route can answer."""
+def problem_responses(*statuses: int, always: bool = True) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries for the problem statuses a route can answer (with
+    `always`, also those any authenticated route with parameters can answer)."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in sorted({*statuses, *ALWAYS}):
+    for status in sorted({*statuses, *(ALWAYS if always else ())}):
         out[status] = {
             "model": Problem,
             "description": _DESCRIPTIONS.get(status, "Problem"),

@@ -24,6 +24,7 @@ from app.api.schemas import (
     StdinRead,
     StdinWrite,
 )
+from app.api.views import process_json
 from app.runtime.errors import IdempotentReplay
 from app.runtime.ports import IdempotencyToken
 
@@ -39,7 +40,11 @@ _COMMON = problem_responses(401, 404)
     responses=_COMMON,
 )
 async def list_processes(session_id: str, tenant: TenantDep, processes: ProcessesDep) -> dict:
-    return {"data": await processes.list(tenant.tenant_id, session_id)}
+    """The session's background processes: running on this server, exited, or `restored`
+    (known from the ledger but no longer running here). 404 `processes_disabled` unless the
+    operator enabled the process plane.
+    """
+    return {"data": [process_json(v) for v in await processes.list(tenant.tenant_id, session_id)]}
 
 
 @router.post(
@@ -58,6 +63,9 @@ async def start_process(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Start a command in the session's workspace, as the `shell` tool does: split like a
+    shell but run without one; its program must be allowed by name (422 `command_not_allowed`).
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         return _started(
             await processes.start(
@@ -77,7 +85,7 @@ async def start_process(
 
     def _started(view: dict[str, Any]) -> Response:
         location = f"/v1/sessions/{session_id}/processes/{view['process_id']}"
-        return JSONResponse(view, status_code=201, headers={"Location": location})
+        return JSONResponse(process_json(view), status_code=201, headers={"Location": location})
 
     return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
 
@@ -91,7 +99,8 @@ async def start_process(
 async def get_process(
     session_id: str, process_id: str, tenant: TenantDep, processes: ProcessesDep
 ) -> dict:
-    return await processes.get(tenant.tenant_id, session_id, process_id)
+    """A process: its status, exit code, why it ended, and how much output it produced."""
+    return process_json(await processes.get(tenant.tenant_id, session_id, process_id))
 
 
 @router.get(
@@ -108,6 +117,9 @@ async def get_process_logs(
     offset: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=1_048_576)] = 65_536,
 ) -> dict:
+    """Captured output (stdout and stderr merged) from a byte offset; pass `next_offset`
+    back to read on. `eof` is true once everything is read and the process has ended.
+    """
     return await processes.logs(
         tenant.tenant_id, session_id, process_id, offset=offset, limit=limit
     )
@@ -129,6 +141,9 @@ async def write_process_stdin(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Write to a running process's stdin; `eof: true` closes it afterwards. 409
+    `process_not_running` once the process has ended.
+    """
     # Stdin is outside the ledger: nothing to seal the key in, so it is recorded with the
     # answer (a replay once answered; no protection against a crash before that).
     async def produce(_: IdempotencyToken | None) -> Response:
@@ -152,4 +167,7 @@ async def write_process_stdin(
 async def stop_process(
     session_id: str, process_id: str, tenant: TenantDep, processes: ProcessesDep
 ) -> dict:
-    return await processes.stop(tenant.tenant_id, session_id, process_id)
+    """Stop a process (SIGTERM, then SIGKILL after a grace period). An ended process is
+    returned as it is.
+    """
+    return process_json(await processes.stop(tenant.tenant_id, session_id, process_id))

@@ -26,6 +26,7 @@ from app.api.schemas import (
     UsageRead,
 )
 from app.api.sse import read_whole
+from app.api.views import event_json, rfc3339, usage_json
 from app.runtime.accounts import Principal
 from app.runtime.errors import RunNotFound
 from app.runtime.events import NewEvent
@@ -78,12 +79,12 @@ async def run_view(runtime: SessionRuntime, run: RunRecord) -> dict[str, Any]:
         "output": run.output,
         "error": run.error,
         "turns": run.turns,
-        "usage": run.usage,
+        "usage": usage_json(run.usage),
         "first_seq": run.first_seq,
         "last_seq": run.last_seq,
-        "created_at": run.created_at.isoformat(),
-        "started_at": run.started_at.isoformat() if run.started_at else None,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "created_at": rfc3339(run.created_at),
+        "started_at": rfc3339(run.started_at),
+        "finished_at": rfc3339(run.finished_at),
         "pending": pending,
     }
 
@@ -205,7 +206,7 @@ async def _stream(
                 break
             sent = event.seq
             yield ServerSentEvent(
-                id=str(event.seq), event=event.type, data=json.dumps(event.to_json())
+                id=str(event.seq), event=event.type, data=json.dumps(event_json(event))
             )
         while queue is not None:
             next_item = await _next_or_shutdown(queue, runs.shutdown_event)
@@ -225,13 +226,13 @@ async def _stream(
                 continue
             sent = item.seq
             yield ServerSentEvent(
-                id=str(item.seq), event=item.type, data=json.dumps(item.to_json())
+                id=str(item.seq), event=item.type, data=json.dumps(event_json(item))
             )
         for event in await read_whole(
             runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
         ):
             yield ServerSentEvent(
-                id=str(event.seq), event=event.type, data=json.dumps(event.to_json())
+                id=str(event.seq), event=event.type, data=json.dumps(event_json(event))
             )
     finally:
         if queue is not None:
@@ -254,6 +255,15 @@ async def create_run(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Run the agent on the session with an optional input.
+
+    `mode` says how to answer: `wait` (200 with the finished run), `stream` (Server-Sent Events
+    of the run: ledger events with `id` = seq and delta frames without an id, ending with
+    RUN_FINISHED), or `background` (202 with the run as started and `Location` to poll). One run is
+    active per session: another is 409 `run_in_progress` unless `multitask` says `enqueue` or
+    `interrupt`. With `Idempotency-Key`, a retry answers for the same run and never starts a
+    second one.
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         run = await runs.start(tenant.tenant_id, session_id, _request_of(body), idempotency=token)
         return await respond(
@@ -287,6 +297,7 @@ async def create_run(
     responses=problem_responses(401, 404),
 )
 async def list_runs(session_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep) -> dict:
+    """The session's runs, newest first, each with its status, stop reason and usage."""
     await runtime.get(tenant.tenant_id, session_id)
     records = await runs.store.list_runs(tenant.tenant_id, session_id)
     return {"data": [await run_view(runtime, r) for r in records]}
@@ -310,6 +321,9 @@ async def _owned_run(runs: RunManager, tenant_id: str, session_id: str, run_id: 
 async def get_run(
     session_id: str, run_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep
 ) -> dict:
+    """A run's status (`queued`, `running`, `finished`, `failed`, `interrupted`), stop reason,
+    output, usage and the tool calls it left waiting for an answer (`pending`).
+    """
     return await run_view(runtime, await _owned_run(runs, tenant.tenant_id, session_id, run_id))
 
 
@@ -322,6 +336,9 @@ async def get_run(
 async def cancel_run(
     session_id: str, run_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep
 ) -> dict:
+    """Interrupt a queued or running run: it ends INTERRUPTED. A run that already ended is
+    returned as it is, so a repeated cancel is harmless.
+    """
     await _owned_run(runs, tenant.tenant_id, session_id, run_id)
     return await run_view(runtime, await runs.cancel(tenant.tenant_id, session_id, run_id))
 
@@ -382,6 +399,10 @@ async def post_tool_outputs(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Answer the client tool calls a run stopped for (NEEDS_USER_INPUT). By default a run
+    continues from the answers, in the same transaction, answered in `mode`; `continue: false`
+    only records them, and `replace: true` replaces earlier outputs.
+    """
     outputs = [o.model_dump() for o in body.outputs]
 
     def make_events(loaded: Loaded) -> list[NewEvent]:
@@ -417,6 +438,9 @@ async def post_approval(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Approve or reject a tool call that needs approval (BLOCKED_BY_APPROVAL). By default the
+    run continues from the decision; `continue: false` only records it.
+    """
     def make_events(loaded: Loaded) -> list[NewEvent]:
         return approval_events(
             loaded, call_id=body.call_id, decision=body.decision, reason=body.reason
@@ -443,12 +467,15 @@ async def post_approval(
     responses=problem_responses(401, 404),
 )
 async def get_usage(session_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep) -> dict:
+    """Token usage: the session's totals and each run's, with its number of turns."""
     loaded = await runtime.load(tenant.tenant_id, session_id)
     records = await runs.store.list_runs(tenant.tenant_id, session_id)
     return {
         "session_id": session_id,
-        "usage": loaded.state.usage,
-        "runs": [{"run_id": r.run_id, "usage": r.usage, "turns": r.turns} for r in records],
+        "usage": usage_json(loaded.state.usage),
+        "runs": [
+            {"run_id": r.run_id, "usage": usage_json(r.usage), "turns": r.turns} for r in records
+        ],
     }
 
 
@@ -467,6 +494,9 @@ async def create_oneshot_run(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Run an inline agent once without keeping a session: the session is created, run and
+    erased in one call (kept with `keep: true`). Answers like `POST /v1/sessions/{id}/runs`.
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.api.event_models import EventRead, EventTypeName
 from app.runtime.agent import AgentSpec
 from app.runtime.json_limits import check_json_value
 from app.runtime.memory import ContentPart, MemoryItem
@@ -41,6 +42,23 @@ def check_storable_text(value: Any) -> None:
             stack.extend(item)
 
 
+def integral_numbers(value: Any) -> Any:
+    """The body with every integral float (`378.0`) as an int (`378`).
+
+    JSON has one number type: `378.0` and `378` are the same number, and JSON Schema's
+    `integer` accepts both, so a field the schema calls an integer must too. Strict validation
+    would refuse the float; this turns it into the int it equals first. Other floats stay
+    floats (a fraction in an integer field is still a 422), and nothing else changes.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: integral_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(item) for item in value]
+    return value
+
+
 class _Request(BaseModel):
     # strict: `0` is not `false` and `"1"` is not `1` -- a schema-violating body is a 422.
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -53,10 +71,20 @@ class _Request(BaseModel):
         # and answer with their own codes (json_too_deep, non_finite_number). The raw body was
         # scanned already; this catches what only parsing shows, such as 1e999 (infinity).
         check_json_value(data)
-        return data
+        return integral_numbers(data)
 
 
 class SessionCreate(_Request):
+    # An inline agent and a named one exclude each other (422 otherwise).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["agent", "agent_name"],
+                "properties": {"agent_name": {"type": "string"}},
+            }
+        }
+    )
+
     session_id: str | None = Field(
         default=None, pattern=SESSION_ID_PATTERN, description="Client-chosen id; default a UUID."
     )
@@ -84,7 +112,7 @@ class AgentList(BaseModel):
 
 
 class EventTypeRead(BaseModel):
-    type: str = Field(description="The event type, as events carry it.")
+    type: EventTypeName
     description: str = Field(description="What an event of this type records, in one line.")
     payload_schema: dict[str, Any] = Field(
         description="JSON Schema (2020-12) of the payload; it accepts every payload a ledger "
@@ -123,6 +151,16 @@ class ResumeRequest(_Request):
 
 
 class ForkRequest(_Request):
+    # `rebind` moves the child to the `binding` given, so it needs one (422 otherwise).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"rebind": {"const": False}}},
+                {"required": ["binding"], "properties": {"binding": {"type": "object"}}},
+            ]
+        }
+    )
+
     at_seq: int | None = Field(
         default=None, ge=1, le=MAX_SEQ, description="Default: the latest seq."
     )
@@ -143,18 +181,6 @@ class RestoreRequest(_Request):
 class MemoryRead(BaseModel):
     items: list[dict[str, Any]]
     summary: str | None
-
-
-class EventRead(BaseModel):
-    event_id: str
-    session_id: str
-    seq: int
-    type: str
-    run_id: str | None
-    turn_id: str | None
-    payload: dict[str, Any]
-    created_at: datetime
-    position: int
 
 
 class EventList(BaseModel):

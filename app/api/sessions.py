@@ -81,6 +81,13 @@ async def create_session(
     blueprints: BlueprintsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Create a session: a durable container with its own memory and event ledger.
+
+    Give your own `session_id` or let the service make a UUID. `agent` (inline) or `agent_name`
+    (a blueprint from `GET /v1/agents`) says which model and tools runs use; `binding` ties the
+    session to a workspace, checked on resume and fork. The ledger starts with SESSION_CREATED
+    at seq 1. With `Idempotency-Key`, a retry returns the first answer (`Idempotent-Replayed`).
+    """
     if body.agent_name is not None and "agent" in body.model_fields_set:
         raise InvalidRequest("give either agent or agent_name, not both")
     # A named agent is copied into the session: later edits of the file leave it alone.
@@ -136,6 +143,11 @@ async def list_sessions(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     status: Annotated[str | None, Query(max_length=32)] = None,
 ) -> dict:
+    """The tenant's sessions, newest first, one page at a time.
+
+    Pass `next_cursor` back as `cursor` for the next page. Filter by `status` and by metadata
+    with `metadata.<key>=<value>` query parameters (string equality, all must match).
+    """
     # Metadata filters: ?metadata.user=alice&metadata.team=x (string equality, ANDed).
     filters = {
         k.removeprefix("metadata."): v
@@ -160,6 +172,9 @@ async def list_sessions(
     responses=_COMMON,
 )
 async def get_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> dict:
+    """The display snapshot of a session: its row, counts, token estimate, usage, window,
+    compaction breaker and last compaction, as a UI shows them.
+    """
     return views.session_display(await runtime.load(tenant.tenant_id, session_id))
 
 
@@ -177,6 +192,10 @@ async def patch_session(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Merge metadata (RFC 7386 merge patch: `null` deletes a key) and/or change the
+    memory window (`max_items`, or `clear_window`). Each change is an event (METADATA_UPDATED,
+    WINDOW_CHANGED); a request that changes nothing returns the session as it is.
+    """
     window = (body.max_items,) if body.max_items is not None or body.clear_window else None
     if body.metadata is None and window is None:
         return JSONResponse(views.session_display(await runtime.load(tenant.tenant_id, session_id)))
@@ -203,6 +222,9 @@ async def patch_session(
 async def delete_session(
     session_id: str, request: Request, tenant: TenantDep, runtime: RuntimeDep
 ) -> Response:
+    """Erase the session: its events, snapshots, runs and live processes. Forks of it keep
+    their own copies of its history and are not touched.
+    """
     processes = request.app.state.processes
     if processes is not None:
         # An erased session's processes would run on for nobody until their time cap.
@@ -226,6 +248,10 @@ async def append_items(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Append memory items (messages, function calls and their outputs) without running the
+    model, as one MEMORY_ITEMS_APPENDED event. With `expected_seq` the append happens only if the
+    session's last seq is still that value (else 409 `seq_conflict` with `current_seq`).
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         result = await runtime.append_items(
             tenant.tenant_id,
@@ -250,6 +276,10 @@ async def append_items(
     responses=_COMMON,
 )
 async def get_state(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> Response:
+    """The recovery object: memory, summary, window, usage and breaker at the session's last
+    seq. Its `ETag` is the session version, for `If-Match` on save and restore; `restore` takes the
+    object back as it is.
+    """
     loaded = await runtime.load(tenant.tenant_id, session_id)
     return JSONResponse(
         views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
@@ -270,6 +300,10 @@ async def save_session(
     if_match: IfMatch = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Write a snapshot of the current state (SESSION_SAVED), so a later load starts from it
+    instead of folding the whole ledger. With `If-Match` the save happens only at that version
+    (else 412).
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.save(
             tenant.tenant_id, session_id, if_match=_if_match(if_match), idempotency=token
@@ -307,6 +341,9 @@ async def resume_session(
     body: ResumeRequest | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Load the session (latest snapshot plus the events after it), check that the given
+    `binding` equals the stored one (else 409 `binding_mismatch`) and record SESSION_RESUMED.
+    """
     binding = body.binding if body is not None else None
 
     async def produce(token: IdempotencyToken | None) -> Response:
@@ -335,6 +372,10 @@ async def fork_session(
     body: ForkRequest | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Create a new session from this one's state at `at_seq` (default: the latest). The
+    child gets a copy of events 1..at_seq and a SESSION_FORKED event; the source is untouched. A
+    different `binding` needs `rebind: true`.
+    """
     fork = body or ForkRequest()
 
     async def produce(token: IdempotencyToken | None) -> Response:
@@ -371,6 +412,9 @@ async def restore_session(
     if_match: IfMatch = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    """Install a recovery object (from `GET .../state`, of this or another session) as the
+    memory baseline (SESSION_RESTORED). With `If-Match`, only at that version.
+    """
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.restore(
             tenant.tenant_id,
@@ -394,6 +438,9 @@ async def restore_session(
     responses=_COMMON,
 )
 async def get_projection(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> dict:
+    """Fold the whole ledger from seq 1 and compare the result with live memory: the
+    service's central invariant, checkable by anyone. Reads only.
+    """
     loaded, folded = await runtime.projection(tenant.tenant_id, session_id)
     return {
         "session_id": session_id,
@@ -417,6 +464,9 @@ async def get_memory(
     after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> dict:
+    """Memory items and summary as the model will see them; with `full=true`, also every
+    item ever added (from the ledger, a page at a time via `after_seq` and `limit`).
+    """
     loaded = await runtime.load(tenant.tenant_id, session_id)
     body: dict = {
         "session_id": session_id,

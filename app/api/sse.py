@@ -19,6 +19,7 @@ import anyio
 from sse_starlette import ServerSentEvent
 
 from app.api.problems import problem_body
+from app.api.views import event_json
 from app.runtime.errors import InvalidCursor
 from app.runtime.events import Event
 from app.runtime.ports import TenantCursor, TenantPage
@@ -152,13 +153,13 @@ def event_frame(delivery: Delivery) -> bytes:
     """`id: <seq>`, `event: <TYPE>`, `data: <event JSON>`, encoded once per delivery."""
     if delivery.frame is None:
         event = delivery.event
-        sse = ServerSentEvent(id=str(event.seq), event=event.type, data=_json(event.to_json()))
+        sse = ServerSentEvent(id=str(event.seq), event=event.type, data=_json(event_json(event)))
         delivery.frame = sse.encode()
     return delivery.frame
 
 
 def tenant_event_frame(event: Event, cursor: TenantCursor) -> ServerSentEvent:
-    return ServerSentEvent(id=cursor.encode(), event=event.type, data=_json(event.to_json()))
+    return ServerSentEvent(id=cursor.encode(), event=event.type, data=_json(event_json(event)))
 
 
 def ephemeral_frame(item: Ephemeral) -> ServerSentEvent:

@@ -26,6 +26,7 @@ from app.api.sse import (
     tenant_timeline,
 )
 from app.api.sse_response import StreamResponse, StreamStop
+from app.api.views import rfc3339
 from app.runtime.errors import CursorOutOfRange, SessionNotFound, Unauthorized
 from app.runtime.events import Event
 from app.runtime.ports import TenantCursor, TenantPage
@@ -69,6 +70,13 @@ async def stream_session_events(
         Query(description="`deltas`: also send this server's ephemeral delta frames (no id)."),
     ] = None,
 ) -> Response:
+    """The session's live timeline over Server-Sent Events: every event after the cursor
+    (`Last-Event-ID`, else `after_seq`), then new events as they are committed, with no gap and
+    no duplicate. Frames: `id` = seq, `event` = the event type, `data` = the event JSON; with
+    `include=deltas` also this server's delta frames (no id). The stream may end with an
+    `overflow` or `shutdown` frame: reconnect with `Last-Event-ID`. Browsers authenticate with a
+    stream token in `?token=` (EventSource cannot send headers).
+    """
     tenant_id = grant.tenant_id
     if grant.session_id not in (None, session_id):
         raise SessionNotFound(session_id)  # a token for another session sees nothing here
@@ -125,6 +133,9 @@ async def stream_tenant_events(
     ] = None,
     types: Types = None,
 ) -> Response:
+    """Every session of the tenant over Server-Sent Events, for consumers such as indexers:
+    frames like the session stream's, with an opaque cursor as `id` to resume from.
+    """
     if grant.session_id is not None:
         raise Unauthorized()  # a token scoped to one session does not open the tenant's stream
     tenant_id = grant.tenant_id
@@ -160,6 +171,10 @@ async def stream_tenant_events(
 async def create_stream_token(
     body: StreamTokenCreate, request: Request, tenant: TenantDep, runtime: RuntimeDep
 ) -> dict:
+    """A short-lived token for `?token=` on the stream routes, for browsers' EventSource
+    (which cannot send an Authorization header). Scope it to one session with `session_id`; the
+    API key itself never goes in a URL.
+    """
     if body.session_id is not None:
         await runtime.get(tenant.tenant_id, body.session_id)
     grant = StreamGrant(
@@ -168,6 +183,6 @@ async def create_stream_token(
     token, expires = request.app.state.stream_tokens.issue(grant, ttl_seconds=body.ttl_seconds)
     return {
         "token": token,
-        "expires_at": datetime.fromtimestamp(expires, UTC),
+        "expires_at": rfc3339(datetime.fromtimestamp(expires, UTC)),
         "session_id": body.session_id,
     }

@@ -18,6 +18,9 @@ router = APIRouter(prefix="/v1", tags=["tools"])
     responses=problem_responses(401),
 )
 async def list_tools(tenant: TenantDep, tools: ToolsDep) -> dict:
+    """The server tools agents may call, with their JSON Schema parameters. `shell` appears
+    only when processes are enabled.
+    """
     return {
         "data": [
             {"name": t.name, "description": t.description, "parameters": t.parameters}

@@ -1,9 +1,17 @@
-"""Runtime objects -> response dicts (shapes declared in `schemas.py`)."""
+"""Runtime objects -> response dicts (shapes declared in `schemas.py`).
+
+Every timestamp leaves the service in one format, RFC 3339 in UTC with `Z`
+(`2026-05-01T12:00:00.123456Z`, the fraction only when there is one), whether a route answers
+with a dict that FastAPI serializes or with a ready JSON response, in events, streams and
+NDJSON alike. Token usage always carries its three counters, zero before a run has any.
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from app.runtime.events import Event
 from app.runtime.ports import AppendResult, SessionRecord
 from app.runtime.service import Loaded
 from app.runtime.state import SessionState
@@ -22,8 +30,8 @@ def session_summary(record: SessionRecord) -> dict[str, Any]:
         "last_seq": record.last_seq,
         "version": record.version,
         "active_run_id": record.active_run_id,
-        "created_at": record.created_at.isoformat(),
-        "updated_at": record.updated_at.isoformat(),
+        "created_at": rfc3339(record.created_at),
+        "updated_at": rfc3339(record.updated_at),
     }
 
 
@@ -45,13 +53,15 @@ def session_display(loaded: Loaded) -> dict[str, Any]:
         "max_items": state.max_items,
         "last_compact": state.last_compact,
         "breaker": state.breaker,
-        "usage": state.usage,
+        "usage": usage_json(state.usage),
     }
 
 
 def recovery_object(loaded: Loaded) -> dict[str, Any]:
+    state = loaded.state.to_json()
     return {
-        **loaded.state.to_json(),
+        **state,
+        "usage": usage_json(state.get("usage")),
         "session_id": loaded.session.session_id,
         "version": loaded.session.version,
     }
@@ -68,5 +78,44 @@ def append_result(result: AppendResult) -> dict[str, Any]:
         "first_seq": events[0].seq if events else result.session.last_seq,
         "last_seq": result.session.last_seq,
         "version": result.session.version,
-        "events": [e.to_json() for e in events],
+        "events": [event_json(e) for e in events],
+    }
+
+
+USAGE_COUNTERS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    """A timestamp as RFC 3339 in UTC with `Z` (a naive value is taken to be UTC already)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def rfc3339_text(value: str | None) -> str | None:
+    """`rfc3339` for a timestamp the runtime already wrote as ISO 8601 text."""
+    return rfc3339(datetime.fromisoformat(value)) if value else value
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """An event's wire shape with its time in the service's one format. The payload is the
+    ledger's, as it was written."""
+    body = event.to_json()
+    body["created_at"] = rfc3339(event.created_at)
+    return body
+
+
+def usage_json(usage: dict[str, int] | None) -> dict[str, int]:
+    """Token usage with every counter present: zero for what nothing has used yet."""
+    return {**dict.fromkeys(USAGE_COUNTERS, 0), **(usage or {})}
+
+
+def process_json(view: dict[str, Any]) -> dict[str, Any]:
+    """A process view with its times in the service's one format."""
+    return {
+        **view,
+        "started_at": rfc3339_text(view.get("started_at")),
+        "finished_at": rfc3339_text(view.get("finished_at")),
     }

@@ -1,5 +1,5 @@
-"""The Python clients against real servers: every route, typed results, typed errors, streams
-that resume on their own, and the README's example run as written.
+"""The Python client (`asr_client`, clients/python) against real servers: every route, typed
+results, typed errors, streams that resume on their own, and the README's example as written.
 
 Two `asr serve` replicas share the run's database: `a` with the process plane and an agents
 file, `b` with processes off (its process routes answer 404 `processes_disabled`). The resume
@@ -25,8 +25,17 @@ from typing import Any
 
 import httpx
 import pytest
-
-from app.api.schemas import (
+from asr_client import (
+    AsyncSessionClient,
+    AuthenticationError,
+    ConflictError,
+    Frame,
+    NotFoundError,
+    PreconditionFailedError,
+    SessionClient,
+    ValidationError,
+)
+from asr_client.models import (
     AgentList,
     AppendRead,
     CompactRead,
@@ -51,16 +60,7 @@ from app.api.schemas import (
     ToolList,
     UsageRead,
 )
-from app.client import (
-    AsyncSessionClient,
-    AuthenticationError,
-    ConflictError,
-    Frame,
-    NotFoundError,
-    PreconditionFailedError,
-    SessionClient,
-    ValidationError,
-)
+
 from app.runtime.events import EventType
 from app.store.store import AgentSessionStore
 from tests.conftest import ROOT, Server, TenantKey, make_tenant, start_server, stop_server
@@ -245,7 +245,7 @@ async def test_async_client_calls_every_method(
             await asr.create_session(metadata={"user": "bob"}, idempotency_key="k-1")
         assert reused.value.status == 422 and reused.value.code == "idempotency_key_reused"
         with pytest.raises(ValidationError):
-            await asr.create_session(tenant_id="x")  # unknown field
+            await asr.create_session(session_id="not a valid id!")
         listed = await asr.list_sessions(metadata={"user": "alice"}, limit=10)
         assert isinstance(listed, SessionList) and [s.session_id for s in listed.data] == [sid]
         patched = await asr.update_session(sid, metadata={"team": "a"}, max_items=50)
@@ -801,7 +801,12 @@ def readme_example() -> str:
 
 
 async def test_readme_client_example_runs(replicas: Replicas, tenant: TenantKey) -> None:
-    env = {**os.environ, "ASR_URL": replicas.a.base_url, "ASR_KEY": tenant.key}
+    env = {
+        **os.environ,
+        "ASR_URL": replicas.a.base_url,
+        "ASR_KEY": tenant.key,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "clients" / "python"), str(ROOT)]),
+    }
     result = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-c", readme_example()],
@@ -815,6 +820,7 @@ async def test_readme_client_example_runs(replicas: Replicas, tenant: TenantKey)
     assert "Traceback" not in result.stderr
     out = result.stdout.splitlines()
     assert out[0] == "COMPLETED echo: hello", result.stdout
-    assert "NEEDS_USER_INPUT lookup" in out and "COMPLETED" in out, result.stdout
-    assert any(line.startswith("1 SESSION_CREATED") for line in out), result.stdout
-    assert out[-1] == "session_not_found", result.stdout
+    deltas = [line for line in out if line.startswith("delta ")]
+    assert deltas == ["delta word1", "delta  word2", "delta  word3"], result.stdout
+    assert out[1].startswith("RUN_STARTED "), result.stdout
+    assert out[-1].startswith("RUN_FINISHED "), result.stdout

@@ -5,7 +5,7 @@ replica, 20 appends and a scripted run; then the per-session audit (gapless ledg
 append once, the subscriber saw exactly 1..N). Asserted: no 5xx, no lost or duplicated
 event, no traceback, and on PostgreSQL the connection and NOTIFY-queue bounds. Latencies
 are printed, not asserted: CI shares 2 cores with the harness. The full form (5 minutes,
-with the latency and RSS checks) is `python -m tests.load.r24 --seconds 300` (README).
+with the latency and RSS checks) is `python -m tests.load.r24 --seconds 300` (see docs).
 """
 
 from __future__ import annotations

@@ -11,17 +11,10 @@
 
 (() => {
   const KEY_STORAGE = "asr.apiKey";
-  // Every event type of the ledger (app/runtime/events.py); EventSource needs a listener
-  // per event name. Types the page does not know yet arrive through "message" never, so
-  // the list is checked against the server's by a test.
-  const EVENT_TYPES = [
-    "SESSION_CREATED", "SESSION_SAVED", "SESSION_RESUMED", "SESSION_FORKED",
-    "SESSION_RESTORED", "METADATA_UPDATED", "USER_INPUT", "MEMORY_ITEMS_APPENDED",
-    "TOOL_RESULT", "TOOL_OUTPUT_REPLACED", "MEMORY_COMPRESS", "WINDOW_CHANGED",
-    "RUN_STARTED", "STEP_START", "MODEL_REQUEST", "MODEL_RESPONSE", "TOOL_CALL",
-    "FINAL_OUTPUT", "STEP_END", "AUTO_CONTINUE", "AUTO_STOP", "APPROVAL_REQUESTED",
-    "APPROVAL_DECIDED", "RUN_FINISHED", "ERROR", "PROCESS_STARTED", "PROCESS_EXITED",
-  ];
+  // EventSource needs a listener per event name, so the page asks the server for its event
+  // types (GET /v1/event-types, the catalogue generated from the payload models) once per
+  // key, instead of carrying a list that a new event type would leave behind.
+  let eventTypes = null;
   const DELTA = "delta";
 
   const $ = (id) => document.getElementById(id);
@@ -257,8 +250,17 @@
     badge.dataset.state = text;
   }
 
+  async function listEventTypes() {
+    if (eventTypes === null) {
+      const { data } = await api("GET", "/v1/event-types");
+      eventTypes = data.data.map((entry) => entry.type);
+    }
+    return eventTypes;
+  }
+
   async function openStream(generation) {
     const id = state.sessionId;
+    const types = await listEventTypes();
     const { data } = await api("POST", "/v1/stream-tokens", { session_id: id });
     if (generation !== state.generation) return;
     const params = new URLSearchParams({ token: data.token, include: "deltas" });
@@ -271,7 +273,7 @@
       if (generation !== state.generation) return;
       addEvent(JSON.parse(msg.data));
     };
-    for (const type of EVENT_TYPES) source.addEventListener(type, onEvent);
+    for (const type of types) source.addEventListener(type, onEvent);
     source.addEventListener(DELTA, (msg) => {
       if (generation === state.generation) addDelta(JSON.parse(msg.data), "timeline");
     });

@@ -1,6 +1,6 @@
 """R19: PostgreSQL row-level security, the second tenant wall.
 
-The database is set up as README's Security section says: `deploy/postgres/roles.sql` makes
+The database is set up as docs/how-to/security.md says: `deploy/postgres/roles.sql` makes
 an owner role (migrations) and an app role (the service) that owns nothing, is no superuser
 and cannot bypass RLS; `asr migrate` runs as the owner. Then, connected as the app role:
 a raw query with no tenant sees nothing, one scoped to tenant A sees only A's rows, a pooled

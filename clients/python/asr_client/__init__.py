@@ -1,0 +1,50 @@
+"""Python client for the Agent Session Runtime: `AsyncSessionClient` and `SessionClient`.
+
+    from asr_client import SessionClient
+
+    with SessionClient("http://127.0.0.1:8000", api_key=KEY) as asr:
+        session = asr.create_session(metadata={"user": "alice"})
+        run = asr.run(session.session_id, "hello")
+        for frame in asr.stream_events(session.session_id, after_seq=0):
+            print(frame.id, frame.event)
+
+Depends on httpx, httpx-sse and pydantic only.
+"""
+
+from ._async import AsyncSessionClient
+from ._core import Frame, RetryPolicy, new_idempotency_key
+from ._sync import SessionClient
+from .errors import (
+    ApiError,
+    AsrError,
+    AuthenticationError,
+    ConflictError,
+    ConnectionFailedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PreconditionFailedError,
+    RateLimitedError,
+    ServerError,
+    ValidationError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApiError",
+    "AsrError",
+    "AsyncSessionClient",
+    "AuthenticationError",
+    "ConflictError",
+    "ConnectionFailedError",
+    "Frame",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PreconditionFailedError",
+    "RateLimitedError",
+    "RetryPolicy",
+    "ServerError",
+    "SessionClient",
+    "ValidationError",
+    "new_idempotency_key",
+]

@@ -1,0 +1,311 @@
+"""Response models: what the service answers, as typed objects.
+
+They mirror the service's OpenAPI components of the same names (a test compares their fields
+with a live `/openapi.json`). Unknown fields are kept, not refused, so a newer server that adds
+a field does not break an older client.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Model(BaseModel):
+    """Base of every response model: fields the client does not know yet are kept."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Event(Model):
+    """A committed ledger entry; `seq` is per session, gapless from 1."""
+
+    event_id: str
+    session_id: str
+    seq: int
+    type: str
+    run_id: str | None
+    turn_id: str | None
+    payload: dict[str, Any]
+    created_at: datetime
+    position: int
+
+
+class EventList(Model):
+    data: list[Event]
+    next_after_seq: int | None
+
+
+class Counts(Model):
+    items: int
+    messages: int
+    function_calls: int
+    function_call_outputs: int
+    processes: int = 0
+
+
+class SessionSummary(Model):
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    forked_from_seq: int | None
+    status: str
+    metadata: dict[str, Any]
+    agent: dict[str, Any]
+    binding: dict[str, Any]
+    last_seq: int
+    version: int
+    active_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class SessionRead(SessionSummary):
+    """The display snapshot of a session."""
+
+    counts: Counts
+    estimated_tokens: int
+    has_summary: bool
+    truncated: bool
+    max_items: int | None
+    last_compact: dict[str, Any] | None
+    breaker: dict[str, Any]
+    usage: dict[str, int]
+
+
+class SessionList(Model):
+    data: list[SessionSummary]
+    next_cursor: str | None
+
+
+class AppendRead(Model):
+    session_id: str
+    first_seq: int
+    last_seq: int
+    version: int
+    events: list[Event]
+
+
+class MemoryRead(Model):
+    items: list[dict[str, Any]]
+    summary: str | None
+
+
+class StateRead(Model):
+    """The recovery object: what `restore` accepts back."""
+
+    format: int
+    session_id: str
+    seq: int
+    version: int
+    memory: MemoryRead
+    max_items: int | None
+    usage: dict[str, int]
+    last_compact: dict[str, Any] | None
+    breaker: dict[str, Any]
+    processes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class SaveRead(Model):
+    session_id: str
+    snapshot_seq: int
+    version: int
+
+
+class ProjectionRead(Model):
+    session_id: str
+    seq: int
+    memory: MemoryRead
+    equals_live: bool
+
+
+class HistoryItem(Model):
+    seq: int
+    item: dict[str, Any]
+
+
+class MemoryView(Model):
+    session_id: str
+    seq: int
+    truncated: bool
+    covers_seq: list[int]
+    items: list[dict[str, Any]]
+    summary: str | None
+    max_items: int | None
+    history: list[HistoryItem] | None = None
+    next_after_seq: int | None = None
+
+
+class CompactRead(Model):
+    session_id: str
+    seq: int
+    result: dict[str, Any] | None
+    breaker: dict[str, Any]
+    estimated_tokens: int
+    items: int
+
+
+class ContextRead(Model):
+    session_id: str
+    seq: int
+    report: dict[str, Any]
+    items: list[dict[str, Any]]
+    summary: str | None
+
+
+class PendingCall(Model):
+    call_id: str
+    name: str | None
+    arguments: str | None
+    kind: str
+
+
+RunStatus = Literal["queued", "running", "finished", "failed", "interrupted"]
+
+
+class RunRead(Model):
+    run_id: str
+    session_id: str
+    status: str
+    stop_reason: str | None
+    output: str | None
+    error: dict[str, Any] | None
+    turns: int
+    usage: dict[str, int]
+    first_seq: int | None
+    last_seq: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    pending: list[PendingCall] = Field(default_factory=list)
+
+
+class RunList(Model):
+    data: list[RunRead]
+
+
+class ContinueRead(Model):
+    """Answers written without a run continuing from them (`run` is then None)."""
+
+    session_id: str
+    last_seq: int
+    run: RunRead | None
+
+
+class RunUsage(Model):
+    run_id: str
+    usage: dict[str, int]
+    turns: int
+
+
+class UsageRead(Model):
+    session_id: str
+    usage: dict[str, int]
+    runs: list[RunUsage]
+
+
+class DelegateRead(Model):
+    session: SessionSummary
+    run: RunRead
+
+
+class ProcessRead(Model):
+    process_id: str
+    session_id: str
+    pid: int | None
+    command: list[str]
+    workspace: str | None
+    run_id: str | None
+    status: Literal["running", "exited", "restored"]
+    exit_code: int | None
+    reason: str | None
+    output_bytes: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    live: bool
+
+
+class ProcessList(Model):
+    data: list[ProcessRead]
+
+
+class ProcessLogs(Model):
+    process_id: str
+    status: str
+    offset: int
+    next_offset: int
+    size: int
+    eof: bool
+    data: str
+
+
+class StdinRead(Model):
+    process_id: str
+    bytes_written: int
+    eof: bool
+
+
+class ToolRead(Model):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolList(Model):
+    data: list[ToolRead]
+
+
+class AgentSpec(Model):
+    provider: str = "scripted"
+    model: str | None = None
+    instructions: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    approval_required: list[str] = Field(default_factory=list)
+    on_tool_error: str | None = None
+    max_auto_followups: int | None = None
+    max_total_turns: int | None = None
+    max_tool_calls: int | None = None
+    max_wall_seconds: float | None = None
+    max_tokens: int | None = None
+    compaction: dict[str, Any] | None = None
+    max_input_tokens: int | None = None
+    reserved_output_tokens: int | None = None
+
+
+class AgentRead(Model):
+    name: str
+    description: str | None
+    agent: AgentSpec
+
+
+class AgentList(Model):
+    data: list[AgentRead]
+
+
+class EventTypeRead(Model):
+    type: str
+    description: str
+    payload_schema: dict[str, Any]
+
+
+class EventTypeList(Model):
+    data: list[EventTypeRead]
+
+
+class StreamTokenRead(Model):
+    token: str
+    expires_at: datetime
+    session_id: str | None
+
+
+class Problem(Model):
+    """An RFC 9457 problem document, as every error answer carries."""
+
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    code: str
