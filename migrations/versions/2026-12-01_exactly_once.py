@@ -40,23 +40,29 @@ _OLD = (
     " text[], text[], text[], text[], text[])",
     "asr_run_start(text, text, text, integer, timestamptz, text, timestamptz, jsonb, jsonb,"
     " text, bigint, timestamptz, text[], text[], text[], text[], text[])",
+    "asr_run_step(text, text, text, integer, timestamptz, timestamptz, integer, jsonb,"
+    " boolean, text, text, text, jsonb, text[], text[], text[], text[], text[])",
+    "asr_insert_events(text, text, bigint, bigint, timestamptz,"
+    " text[], text[], text[], text[], text[])",
 )
 _NEW = (
-    "asr_append_batch(text[], text[], bigint[], bigint[], timestamptz[], integer[],"
-    " integer[], text[], text[], text[], text[], text[], text[], text[], timestamptz[])",
-    "asr_append_events(text, text, bigint, bigint, timestamptz,"
-    " text[], text[], text[], text[], text[], text, text, timestamptz, jsonb, text, text, text)",
+    "asr_append_batch(text[], text[], bigint[], bigint[], timestamptz[], text[], text[],"
+    " text[], timestamptz[], text[], text[], text[], text[])",
+    "asr_append_events(text, text, bigint, bigint, timestamptz, jsonb, text, text,"
+    " timestamptz, jsonb, text, text, text)",
     "asr_run_start(text, text, text, integer, timestamptz, text, timestamptz, jsonb, jsonb,"
-    " bigint, timestamptz, text[], text[], text[], text[], text[], text, text, timestamptz)",
+    " bigint, timestamptz, jsonb, text, text, timestamptz)",
+    "asr_run_step(text, text, text, integer, timestamptz, timestamptz, integer, jsonb,"
+    " boolean, text, text, text, jsonb, jsonb)",
+    "asr_insert_events(text, text, bigint, bigint, timestamptz, jsonb)",
     "asr_seal_idempotency(text, text, text, timestamptz, timestamptz, jsonb)",
     "asr_insert_snapshot(text, text, bigint, text, text, text, timestamptz)",
     "asr_create_session(text, text, text, text, bigint, jsonb, jsonb, jsonb, timestamptz,"
-    " text[], text[], text[], text[], text[], text, text, text, text, text, timestamptz)",
+    " jsonb, text, text, text, text, text, timestamptz)",
     "asr_fork_session(text, text, bigint, text, jsonb, jsonb, jsonb, timestamptz,"
-    " text[], text[], text[], text[], text[], text, text, text, text, timestamptz)",
-    "asr_run_claim(text, text, text, timestamptz, timestamptz, boolean,"
-    " text[], text[], text[], text[], text[])",
-    "asr_run_close(text, text, timestamptz, text[], text[], text[], text[], text[])",
+    " jsonb, text, text, text, text, timestamptz)",
+    "asr_run_claim(text, text, text, timestamptz, timestamptz, boolean, jsonb)",
+    "asr_run_close(text, text, timestamptz, jsonb)",
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,11 +54,7 @@ APPEND_PARAMS = (
     "p_expected_seq",
     "p_expected_version",
     "p_now",
-    "p_event_ids",
-    "p_types",
-    "p_run_ids",
-    "p_turn_ids",
-    "p_payloads",
+    "p_events",
     "p_idem_key",
     "p_idem_hash",
     "p_idem_expires",
@@ -71,39 +68,44 @@ APPEND_EVENTS = named_call("asr_append_events", APPEND_PARAMS)
 
 @dataclass(frozen=True, slots=True)
 class EventArrays:
-    """Events as the functions take them: one array per column, payloads as JSON text."""
+    """Events as the functions take them: one JSON array (`p_events`) of
+    {id, type, run_id, turn_id, payload}, read by `asr_insert_events` alone. Payloads are
+    JSON text encoded once (redacted and size-checked by the caller's funnel) and spliced in,
+    not encoded again. A new event column is a key here and a line in insert_events.sql."""
 
     ids: list[str]
     types: list[str]
     run_ids: list[str | None]
     turn_ids: list[str | None]
-    payloads: list[str]
     clean: list[dict[str, Any]]  # the payloads as stored (redacted), for the Events
+    text: str  # the JSON array
 
     @classmethod
     def of(
         cls, events: list[NewEvent], persistable: Callable[[dict[str, Any]], tuple[Any, str]]
     ) -> EventArrays:
-        clean, texts = [], []
-        for e in events:
-            value, text = persistable(e.payload)
+        ids = [str(uuid.uuid4()) for _ in events]
+        clean, parts = [], []
+        for event_id, e in zip(ids, events, strict=True):
+            value, payload = persistable(e.payload)
             clean.append(value)
-            texts.append(text)
+            parts.append(
+                f'{{"id":"{event_id}","type":{json.dumps(str(e.type))},'
+                f'"run_id":{json.dumps(e.run_id)},"turn_id":{json.dumps(e.turn_id)},'
+                f'"payload":{payload}}}'
+            )
         return cls(
-            ids=[str(uuid.uuid4()) for _ in events],
+            ids=ids,
             types=[str(e.type) for e in events],
             run_ids=[e.run_id for e in events],
             turn_ids=[e.turn_id for e in events],
-            payloads=texts,
             clean=clean,
+            text=f"[{','.join(parts)}]",
         )
 
-    def args(self) -> tuple[Any, ...]:
-        return (self.ids, self.types, self.run_ids, self.turn_ids, self.payloads)
-
     def params(self) -> dict[str, Any]:
-        """The arrays as the functions' named parameters."""
-        return dict(zip(APPEND_PARAMS[5:10], self.args(), strict=True))
+        """The events as the functions' named parameter."""
+        return {"p_events": self.text}
 
     def written(
         self, session_id: str, first: int, now: datetime, positions: list[int]

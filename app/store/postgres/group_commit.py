@@ -19,24 +19,21 @@ already in the ledger answers with what it wrote instead of writing again.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.postgres.calls import APPEND_EVENTS, APPEND_PARAMS, call, named_call
 
-# An item's arguments are asr_append_events' (APPEND_PARAMS, in that order): the five event
-# arrays are concatenated across items, every other argument becomes one array of per-item
-# values, named as asr_append_batch names them.
-_EVENT_ARRAYS = range(5, 10)
-_PER_ITEM = tuple(k for k in range(len(APPEND_PARAMS)) if k not in _EVENT_ARRAYS)
+# An item's arguments are asr_append_events' (APPEND_PARAMS, in that order); in a batch each
+# becomes one array of per-item values, named as asr_append_batch names them.
 _BATCH_PARAMS = (
     "p_tenants",
     "p_sessions",
     "p_expected_seqs",
     "p_expected_versions",
     "p_nows",
+    "p_events",
     "p_idem_keys",
     "p_idem_hashes",
     "p_idem_expires",
@@ -44,14 +41,8 @@ _BATCH_PARAMS = (
     "p_snapshot_kinds",
     "p_snapshot_states",
     "p_snapshot_hashes",
-    "p_offsets",
-    "p_counts",
-    "p_event_ids",
-    "p_types",
-    "p_run_ids",
-    "p_turn_ids",
-    "p_payloads",
 )
+assert len(_BATCH_PARAMS) == len(APPEND_PARAMS)
 APPEND_BATCH = named_call("asr_append_batch", _BATCH_PARAMS)
 
 
@@ -130,15 +121,7 @@ class AppendGroups:
 
     async def _batch(self, items: list[tuple[Any, ...]]) -> dict[int, Any]:
         """One `asr_append_batch` call; rows by item (1-based), absent for a missing session."""
-        counts = [len(args[5]) for args in items]
-        offsets = list(itertools.accumulate([0, *counts[:-1]]))
-        columns = list(zip(*items, strict=True))
-        args = (
-            *(list(columns[k]) for k in _PER_ITEM),
-            offsets,
-            counts,
-            *(list(itertools.chain.from_iterable(columns[k])) for k in _EVENT_ARRAYS),
-        )
+        args = tuple(list(column) for column in zip(*items, strict=True))
         rows = await call(
             self.engine, APPEND_BATCH, args, in_transaction=self.in_transaction, all_rows=True
         )

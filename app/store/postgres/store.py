@@ -275,7 +275,7 @@ class PostgresStore(AgentSessionStore):
             expected_seq,
             expected_version,
             now,
-            *arrays.args(),
+            arrays.text,
             *self.idempotency_args(idempotency),
             json_text(metadata),
             snap["p_snapshot_kind"],

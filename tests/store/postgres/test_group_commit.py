@@ -27,6 +27,15 @@ def pg(store: AgentSessionStore) -> AgentSessionStore:
     return store
 
 
+def _events(*payloads: str) -> str:
+    """An append's events as asr_append_events takes them (a JSON array), payloads as
+    given (a broken one breaks the call, as a test wants)."""
+    return "[" + ",".join(
+        f'{{"id":"{uuid.uuid4()}","type":"STEP_END","run_id":null,"turn_id":null,"payload":{p}}}'
+        for p in payloads
+    ) + "]"
+
+
 def _event(i: int) -> NewEvent:
     return NewEvent(EventType.STEP_END, {"turn": i, "text": "x" * (i % 7)})
 
@@ -100,11 +109,7 @@ async def test_a_batch_reports_each_item_as_if_alone(
             expected,
             None,
             now,
-            [str(uuid.uuid4())],
-            ["STEP_END"],
-            [None],
-            [None],
-            ['{"n": 1}'],
+            _events('{"n": 1}'),
             *(None,) * 7,  # no Idempotency-Key, metadata or snapshot
         )
 
@@ -129,9 +134,7 @@ async def test_a_batch_or_append_sent_again_after_its_commit_applies_nothing_twi
     now = datetime.now(UTC)
 
     def args(session: str) -> tuple[Any, ...]:
-        return (t, session, None, None, now, [str(uuid.uuid4()), str(uuid.uuid4())],
-                ["STEP_END", "STEP_END"], [None, None], [None, None], ["{}", "{}"],
-                *(None,) * 7)  # fmt: skip
+        return (t, session, None, None, now, _events("{}", "{}"), *(None,) * 7)
 
     items = [args(a), args(b), args(a)]
     first = await pg.append_groups._batch(items)
@@ -160,11 +163,7 @@ async def test_a_failing_batch_is_retried_item_by_item(
             None,
             None,
             now,
-            [str(uuid.uuid4())],
-            ["STEP_END"],
-            [None],
-            [None],
-            [payload],
+            _events(payload),
             *(None,) * 7,  # no Idempotency-Key, metadata or snapshot
         )
 

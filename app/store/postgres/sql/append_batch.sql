@@ -12,13 +12,7 @@ CREATE OR REPLACE FUNCTION asr_append_batch(
     p_expected_seqs bigint[],
     p_expected_versions bigint[],
     p_nows timestamptz[],
-    p_offsets integer[],
-    p_counts integer[],
-    p_event_ids text[],
-    p_types text[],
-    p_run_ids text[],
-    p_turn_ids text[],
-    p_payloads text[],
+    p_events text[],
     p_idem_keys text[],
     p_idem_hashes text[],
     p_idem_expires timestamptz[],
@@ -53,19 +47,14 @@ SECURITY INVOKER
 AS $fn$
 DECLARE
     i integer;
-    a integer;
-    n integer;
 BEGIN
     FOR i IN
         SELECT u.ord FROM unnest(p_tenants, p_sessions) WITH ORDINALITY AS u(t, sid, ord)
         ORDER BY u.t, u.sid, u.ord
     LOOP
-        a := p_offsets[i];
-        n := p_counts[i];
         RETURN QUERY SELECT i, r.* FROM asr_append_events(
             p_tenants[i], p_sessions[i], p_expected_seqs[i], p_expected_versions[i],
-            p_nows[i], p_event_ids[a + 1 : a + n], p_types[a + 1 : a + n],
-            p_run_ids[a + 1 : a + n], p_turn_ids[a + 1 : a + n], p_payloads[a + 1 : a + n],
+            p_nows[i], p_events[i]::jsonb,
             p_idem_keys[i], p_idem_hashes[i], p_idem_expires[i], p_metadatas[i]::jsonb,
             p_snapshot_kinds[i], p_snapshot_states[i], p_snapshot_hashes[i]
         ) AS r;

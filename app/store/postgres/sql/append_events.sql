@@ -18,11 +18,7 @@ CREATE OR REPLACE FUNCTION asr_append_events(
     p_expected_seq bigint,
     p_expected_version bigint,
     p_now timestamptz,
-    p_event_ids text[],
-    p_types text[],
-    p_run_ids text[],
-    p_turn_ids text[],
-    p_payloads text[],
+    p_events jsonb,
     p_idem_key text DEFAULT NULL,
     p_idem_hash text DEFAULT NULL,
     p_idem_expires timestamptz DEFAULT NULL,
@@ -56,7 +52,7 @@ SECURITY INVOKER
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    n integer := coalesce(cardinality(p_types), 0);
+    n integer := coalesce(jsonb_array_length(p_events), 0);
     s sessions%ROWTYPE;
     v_first bigint;
     v_xact bigint;
@@ -66,7 +62,7 @@ BEGIN
 
     IF n > 0 THEN
         SELECT e.seq INTO v_first FROM session_events AS e
-         WHERE e.event_id = p_event_ids[1] AND e.tenant_id = p_tenant
+         WHERE e.event_id = p_events->0->>'id' AND e.tenant_id = p_tenant
            AND e.session_id = p_session;
         IF FOUND THEN
             SELECT x.* INTO s FROM sessions AS x
@@ -108,7 +104,7 @@ BEGIN
     v_xact := pg_current_xact_id()::text::bigint;
     v_positions := asr_insert_events(
         p_tenant, p_session, s.last_seq, v_xact, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+        p_events
     );
     PERFORM asr_insert_snapshot(
         p_tenant, p_session, s.last_seq, p_snapshot_kind, p_snapshot_state, p_snapshot_hash,

@@ -10,11 +10,7 @@ CREATE OR REPLACE FUNCTION asr_create_session(
     p_agent jsonb,
     p_binding jsonb,
     p_now timestamptz,
-    p_event_ids text[],
-    p_types text[],
-    p_run_ids text[],
-    p_turn_ids text[],
-    p_payloads text[],
+    p_events jsonb,
     p_snapshot_kind text DEFAULT NULL,
     p_snapshot_state text DEFAULT NULL,
     p_snapshot_hash text DEFAULT NULL,
@@ -28,7 +24,7 @@ VOLATILE
 SECURITY INVOKER
 AS $fn$
 DECLARE
-    n integer := coalesce(cardinality(p_event_ids), 0);
+    n integer := coalesce(jsonb_array_length(p_events), 0);
 BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
     INSERT INTO sessions AS s (
@@ -46,7 +42,7 @@ BEGIN
     o_xact_id := pg_current_xact_id()::text::bigint;
     o_positions := asr_insert_events(
         p_tenant, p_session, n, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+        p_events
     );
     PERFORM asr_insert_snapshot(
         p_tenant, p_session, n, p_snapshot_kind, p_snapshot_state, p_snapshot_hash, p_now

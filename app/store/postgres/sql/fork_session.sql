@@ -13,11 +13,7 @@ CREATE OR REPLACE FUNCTION asr_fork_session(
     p_agent jsonb,
     p_binding jsonb,
     p_now timestamptz,
-    p_event_ids text[],
-    p_types text[],
-    p_run_ids text[],
-    p_turn_ids text[],
-    p_payloads text[],
+    p_events jsonb,
     p_snapshot_state text,
     p_snapshot_hash text,
     p_idem_key text DEFAULT NULL,
@@ -30,7 +26,7 @@ VOLATILE
 SECURITY INVOKER
 AS $fn$
 DECLARE
-    n integer := coalesce(cardinality(p_event_ids), 0);
+    n integer := coalesce(jsonb_array_length(p_events), 0);
     v_source sessions%ROWTYPE;
 BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
@@ -66,7 +62,7 @@ BEGIN
      ORDER BY e.seq;
     o_positions := asr_insert_events(
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+        p_events
     );
     PERFORM asr_insert_snapshot(
         p_tenant, p_session, o_session.last_seq, 'fork', p_snapshot_state, p_snapshot_hash,

@@ -5,11 +5,7 @@ CREATE OR REPLACE FUNCTION asr_run_close(
     p_tenant text,
     p_run text,
     p_now timestamptz,
-    p_event_ids text[],
-    p_types text[],
-    p_run_ids text[],
-    p_turn_ids text[],
-    p_payloads text[],
+    p_events jsonb,
     OUT o_closed boolean, OUT o_session sessions, OUT o_xact_id bigint,
     OUT o_positions bigint[]
 )
@@ -18,7 +14,7 @@ VOLATILE
 SECURITY INVOKER
 AS $fn$
 DECLARE
-    n integer := coalesce(cardinality(p_event_ids), 0);
+    n integer := coalesce(jsonb_array_length(p_events), 0);
     v_run runs%ROWTYPE;
 BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
@@ -40,7 +36,7 @@ BEGIN
     o_xact_id := pg_current_xact_id()::text::bigint;
     o_positions := asr_insert_events(
         p_tenant, v_run.session_id, o_session.last_seq, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+        p_events
     );
     UPDATE runs AS r SET last_seq = o_session.last_seq
      WHERE r.tenant_id = p_tenant AND r.run_id = p_run;

@@ -9,8 +9,7 @@ CREATE OR REPLACE FUNCTION asr_run_start(
     p_tenant text, p_session text, p_run text, p_max_live integer, p_now timestamptz,
     p_owner text, p_lease timestamptz, p_input jsonb, p_options jsonb,
     p_expected_version bigint, p_expected_created_at timestamptz,
-    p_event_ids text[], p_types text[], p_run_ids text[], p_turn_ids text[],
-    p_payloads text[],
+    p_events jsonb,
     p_idem_key text DEFAULT NULL, p_idem_hash text DEFAULT NULL,
     p_idem_expires timestamptz DEFAULT NULL,
     OUT o_session sessions, OUT o_run runs, OUT o_xact_id bigint, OUT o_positions bigint[]
@@ -20,7 +19,7 @@ VOLATILE
 SECURITY INVOKER
 AS $fn$
 DECLARE
-    n integer := coalesce(cardinality(p_event_ids), 0);
+    n integer := coalesce(jsonb_array_length(p_events), 0);
     v_active text;
 BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
@@ -61,7 +60,7 @@ BEGIN
     RETURNING r.* INTO o_run;
     o_positions := asr_insert_events(
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+        p_events
     );
     PERFORM asr_seal_idempotency(
         p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,

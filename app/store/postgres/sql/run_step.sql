@@ -5,8 +5,7 @@ CREATE OR REPLACE FUNCTION asr_run_step(
     p_tenant text, p_session text, p_run text, p_epoch integer, p_now timestamptz,
     p_lease timestamptz, p_turns integer, p_usage jsonb,
     p_finish boolean, p_status text, p_stop_reason text, p_output text, p_error jsonb,
-    p_event_ids text[], p_types text[], p_run_ids text[], p_turn_ids text[],
-    p_payloads text[],
+    p_events jsonb,
     OUT o_session sessions, OUT o_run runs, OUT o_xact_id bigint, OUT o_positions bigint[]
 )
 LANGUAGE plpgsql
@@ -14,7 +13,7 @@ VOLATILE
 SECURITY INVOKER
 AS $fn$
 DECLARE
-    n integer := coalesce(cardinality(p_event_ids), 0);
+    n integer := coalesce(jsonb_array_length(p_events), 0);
 BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
     UPDATE sessions AS s
@@ -48,7 +47,7 @@ BEGIN
     o_xact_id := pg_current_xact_id()::text::bigint;
     o_positions := asr_insert_events(
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
-        p_event_ids, p_types, p_run_ids, p_turn_ids, p_payloads
+        p_events
     );
 END
 $fn$;
