@@ -233,12 +233,28 @@ def _open_in(path: str) -> Iterator[TextIO]:
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
-    from app.main import begin_shutdown, configure_logging, create_app, known_tool_names
+    from app.main import (
+        begin_shutdown,
+        build_models,
+        configure_logging,
+        create_app,
+        known_tool_names,
+    )
+    from app.runtime.models.profiles import ProfileError
 
     configure_logging(settings.log_level, settings.log_format)
     try:
+        models = build_models(settings)
+    except ProfileError as exc:
+        print(f"asr: invalid model profiles:\n{exc}", file=sys.stderr)
+        return 2
+    try:
         # The app validates the file again at start; here a bad file gets a plain message.
-        load_blueprints(settings.agents_file, known_tools=known_tool_names(settings))
+        load_blueprints(
+            settings.agents_file,
+            known_tools=known_tool_names(settings),
+            known_profiles=models.names(),
+        )
     except BlueprintError as exc:
         print(f"asr: invalid ASR_AGENTS_FILE:\n{exc}", file=sys.stderr)
         return 2

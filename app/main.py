@@ -23,8 +23,19 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
-from app.api import agents, debug, event_types, events, memory, ops, runs, sessions, streams
+from app.api import (
+    agents,
+    debug,
+    event_types,
+    events,
+    memory,
+    ops,
+    runs,
+    sessions,
+    streams,
+)
 from app.api import delegation as delegation_api
+from app.api import models as models_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
 from app.api.access import AccessMiddleware
@@ -36,8 +47,9 @@ from app.logs import configure_logging
 from app.runtime.accounts import Accounts
 from app.runtime.blueprints import load_blueprints
 from app.runtime.delegation import DELEGATE, Delegator, delegate_tool
-from app.runtime.models.openai_compat import OpenAICompatibleModel
-from app.runtime.models.scripted import ScriptedModel
+from app.runtime.models.profiles import build_profiles
+from app.runtime.models.registry import ModelRegistry
+from app.runtime.models_file import ModelsFile, read_models_file
 from app.runtime.processes import ProcessManager
 from app.runtime.redaction import Redactor
 from app.runtime.runs import RunManager
@@ -54,7 +66,13 @@ from app.store.store import AgentSessionStore
 from app.tracing import configure_tracing
 from app.ui import router as ui_router
 
-__all__ = ["begin_shutdown", "configure_logging", "create_app", "known_tool_names"]
+__all__ = [
+    "begin_shutdown",
+    "build_models",
+    "configure_logging",
+    "create_app",
+    "known_tool_names",
+]
 
 log = logging.getLogger("app")
 
@@ -74,7 +92,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.schema_revisions = script_revisions()
         known = known_tool_names(settings)
-        app.state.blueprints = load_blueprints(settings.agents_file, known_tools=known)
+        models_file = read_models_file(settings.models_file)
+        models = build_models(settings, models_file)
+        app.state.models = models
+        app.state.blueprints = load_blueprints(
+            settings.agents_file, known_tools=known, known_profiles=models.names()
+        )
         engine = make_engine(settings)
         redactor = Redactor(settings.redact_patterns)
         store = AgentSessionStore(
@@ -123,15 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runs = RunManager(
             runtime,
             store,
-            models={
-                "scripted": ScriptedModel(),
-                "openai": OpenAICompatibleModel(
-                    base_url=settings.openai_base_url,
-                    api_key=settings.openai_api_key.get_secret_value(),
-                    default_model=settings.openai_model,
-                    timeout=settings.openai_timeout_seconds,
-                ),
-            },
+            models=models,
             tools=tools,
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
@@ -187,6 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         events.router,
         streams.router,
         agents.router,
+        models_api.router,
         event_types.router,
         ops.router,
         ui_router,
@@ -203,6 +219,21 @@ def known_tool_names(settings: Settings) -> list[str]:
     """The server tools the app will register, known before it is built (for blueprints)."""
     extra = [DELEGATE, *([SHELL] if settings.processes_enabled else [])]
     return sorted({*ToolRegistry().names(), *extra})
+
+
+def build_models(settings: Settings, models_file: ModelsFile | None = None) -> ModelRegistry:
+    """The model profiles of the models file and ASR_MODEL_PROFILES, with the implicit
+    `scripted` and `openai` (from ASR_OPENAI_*). Raises ProfileError listing every problem."""
+    models_file = models_file or read_models_file(settings.models_file)
+    profiles = build_profiles(
+        {**models_file.profiles, **settings.model_profiles},
+        openai_base_url=settings.openai_base_url,
+        openai_api_key=settings.openai_api_key.get_secret_value(),
+        openai_model=settings.openai_model,
+        openai_timeout_seconds=settings.openai_timeout_seconds,
+        source=str(settings.models_file or "ASR_MODEL_PROFILES"),
+    )
+    return ModelRegistry(profiles)
 
 
 def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManager | None:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api import views
-from app.api.deps import DelegatorDep, IdempotencyKey, RuntimeDep, TenantDep
+from app.api.deps import DelegatorDep, IdempotencyKey, ModelsDep, RuntimeDep, TenantDep
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.runs import run_view
@@ -34,8 +34,12 @@ async def delegate(
     tenant: TenantDep,
     runtime: RuntimeDep,
     delegator: DelegatorDep,
+    models: ModelsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    if body.agent is not None:
+        models.check(body.agent.provider)  # before the child session is created
+
     async def produce(token: IdempotencyToken | None) -> Response:
         return await _delegated(
             await delegator.delegate(

@@ -467,6 +467,9 @@ async def create_oneshot_run(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    # Before anything is created: an unusable profile would leave an empty session behind.
+    runs.models.check(body.agent.provider)
+
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,

@@ -502,3 +502,32 @@ class ToolRead(BaseModel):
 
 class ToolList(BaseModel):
     data: list[ToolRead]
+
+
+class RetryRead(BaseModel):
+    max_attempts: int
+    initial_backoff_seconds: float
+    max_backoff_seconds: float
+
+
+class ModelProfileRead(BaseModel):
+    """A model profile as configured: where its key comes from, never the key."""
+
+    name: str
+    kind: str = Field(description="openai, anthropic, gemini or scripted.")
+    base_url: str | None
+    default_model: str | None
+    credential: str | None = Field(
+        description="Where the key is read from: env:NAME or file:PATH (never the key)."
+    )
+    configured: bool
+    missing: str | None = Field(description="The setting to fix when not configured.")
+    timeout_seconds: float
+    retry: RetryRead
+    max_output_tokens: int | None
+    context_window: int | None
+    thinking_budget_tokens: int | None
+
+
+class ModelProfileList(BaseModel):
+    data: list[ModelProfileRead]

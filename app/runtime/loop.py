@@ -17,7 +17,15 @@ from enum import StrEnum
 from typing import Any
 
 from app.runtime import event_payloads as ev
-from app.runtime.compaction import CompactionPolicy, Summarizer, plan_auto_compaction
+from app.runtime.compaction import (
+    CompactionFailed,
+    CompactionPolicy,
+    ScriptedSummarizer,
+    Summarizer,
+    compact,
+    compacted_memory,
+    plan_auto_compaction,
+)
 from app.runtime.context import projection
 from app.runtime.errors import AgentSessionError
 from app.runtime.events import NewEvent
@@ -30,6 +38,7 @@ from app.runtime.models.base import (
     ToolCallRequest,
     ToolSpec,
 )
+from app.runtime.models.failures import ModelContextTooLong, ProviderError
 from app.runtime.ports import AppendResult
 from app.runtime.state import SessionState
 from app.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry
@@ -45,6 +54,9 @@ class StopReason(StrEnum):
     # A budget other than turns (tool calls, wall time, tokens); the payload names which.
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     INTERRUPTED = "INTERRUPTED"
+    # The provider failed for good (rate limit past the retries, auth, a refusal): the run
+    # fails, and AUTO_STOP's `reason` carries the failure's code.
+    PROVIDER_ERROR = "PROVIDER_ERROR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +173,7 @@ class LoopController:
                 opening.append(report.event(run_id=self.run_id, turn_id=turn_id))
             await self.write(opening, self._progress())
             try:
-                response = await self.model.complete(request, self._delta(turn_id))
+                response = await self._complete(request, turn_id)
             except AgentSessionError as exc:
                 return self._failed(exc, turn_id)
             self._count_usage(response, request)
@@ -183,6 +195,45 @@ class LoopController:
                     ],
                     self._progress(),
                 )
+
+    async def _complete(self, request: ModelRequest, turn_id: str) -> ModelResponse:
+        """The model's answer; a context-length refusal compacts memory and retries once.
+
+        The retry sends the compacted memory, projected again; when compaction cannot
+        remove anything the refusal stands (the same prompt would be refused again).
+        """
+        try:
+            return await self.model.complete(request, self._delta(turn_id))
+        except ModelContextTooLong:
+            state = await self._compact_for_context(turn_id)
+            if state is None:
+                raise
+        items, report = projection(state.items, state.summary, self.opts.context_budget)
+        retry = replace(
+            request,
+            instructions=self._instructions(state),
+            items=items,
+            items_tokens=report.tokens_after if state.summary is None else None,
+        )
+        return await self.model.complete(retry, self._delta(turn_id))
+
+    async def _compact_for_context(self, turn_id: str) -> SessionState | None:
+        """Compact memory now (the policy's strategy; truncation if a summary fails), or
+        None when nothing could be removed."""
+        state = await self.load()
+        policy = self.opts.compaction
+        summarizer = self.opts.summarizer or ScriptedSummarizer()
+        try:
+            done = await compact(state, policy, summarizer, trigger="context_length")
+        except CompactionFailed:
+            done = await compact(
+                state, policy, summarizer, strategy="truncate", trigger="context_length"
+            )
+        if done.result["items_removed"] == 0:
+            return None
+        event = compacted_memory(done).event(run_id=self.run_id, turn_id=turn_id)
+        await self.write([event], self._progress())
+        return await self.load()
 
     async def _compacted_state(
         self, turn_id: str, current: SessionState | None = None
@@ -391,17 +442,28 @@ class LoopController:
         return Outcome(status="finished", stop_reason=str(reason), output=output, events=events)
 
     def _failed(self, exc: AgentSessionError, turn_id: str) -> Outcome:
+        """The run fails with `exc`. A provider's failure is also a stop (AUTO_STOP with
+        PROVIDER_ERROR and the failure's code), so clients see why the run stopped the same
+        way as for every other stop; other failures (a bug, the scripted `[fail]`) are not."""
         error = ev.Error(code=exc.code, detail=exc.detail)
+        stop = StopReason.PROVIDER_ERROR if isinstance(exc, ProviderError) else None
         finished = ev.RunFinished(
-            status="failed", stop_reason=None, usage=dict(self.usage), turns=self.turns
+            status="failed",
+            stop_reason=str(stop) if stop else None,
+            usage=dict(self.usage),
+            turns=self.turns,
         )
         ids = {"run_id": self.run_id, "turn_id": turn_id}
-        events = [
-            error.event(**ids),
-            ev.StepEnd(turn=self.turns).event(**ids),
-            finished.event(**ids),
-        ]
-        return Outcome(status="failed", stop_reason=None, error=error.to_payload(), events=events)
+        events = [error.event(**ids), ev.StepEnd(turn=self.turns).event(**ids)]
+        if stop is not None:
+            events.append(ev.AutoStop(stop_reason=str(stop), reason=exc.code).event(**ids))
+        events.append(finished.event(**ids))
+        return Outcome(
+            status="failed",
+            stop_reason=str(stop) if stop else None,
+            error=error.to_payload(),
+            events=events,
+        )
 
 
 def _call_ref(call: ToolCallRequest) -> ev.CallRef:
