@@ -57,7 +57,7 @@ class RetryingModel:
                 if wait is None:
                     raise
                 log.warning(
-                    "profile %s: %s; retrying in %.1f s (attempt %d of %d)",
+                    "profile %s: %s; retrying in %.2f s (attempt %d of %d)",
                     self.profile,
                     exc.code,
                     wait,
