@@ -240,19 +240,24 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         create_app,
         known_tool_names,
     )
+    from app.runtime.mcp.config import McpConfigError, parse_servers
     from app.runtime.models.profiles import ProfileError
+    from app.runtime.models_file import read_models_file
 
     configure_logging(settings.log_level, settings.log_format)
     try:
         models = build_models(settings)
-    except ProfileError as exc:
-        print(f"asr: invalid model profiles:\n{exc}", file=sys.stderr)
+        servers = parse_servers(
+            {**read_models_file(settings.models_file).mcp_servers, **settings.mcp_servers}
+        )
+    except (ProfileError, McpConfigError) as exc:
+        print(f"asr: invalid models file or settings:\n{exc}", file=sys.stderr)
         return 2
     try:
         # The app validates the file again at start; here a bad file gets a plain message.
         load_blueprints(
             settings.agents_file,
-            known_tools=known_tool_names(settings),
+            known_tools=[*known_tool_names(settings), *(f"{n}__*" for n in servers)],
             known_profiles=models.names(),
         )
     except BlueprintError as exc:

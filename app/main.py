@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI
@@ -47,6 +48,8 @@ from app.logs import configure_logging
 from app.runtime.accounts import Accounts
 from app.runtime.blueprints import load_blueprints
 from app.runtime.delegation import DELEGATE, Delegator, delegate_tool
+from app.runtime.mcp.catalog import McpCatalog
+from app.runtime.mcp.config import parse_servers
 from app.runtime.models.profiles import build_profiles
 from app.runtime.models.registry import ModelRegistry
 from app.runtime.models_file import ModelsFile, read_models_file
@@ -56,8 +59,8 @@ from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.shell import SHELL, shell_tool
 from app.runtime.stream_tokens import StreamTokens
-from app.runtime.tools import ToolRegistry
-from app.runtime.workspace import ProcessPolicy, split_names
+from app.runtime.tools import ToolContext, ToolRegistry
+from app.runtime.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
 from app.settings import Settings, get_settings
 from app.store.bus import make_bus
 from app.store.engine import make_engine
@@ -95,6 +98,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         models_file = read_models_file(settings.models_file)
         models = build_models(settings, models_file)
         app.state.models = models
+        mcp_servers = parse_servers({**models_file.mcp_servers, **settings.mcp_servers})
+        known = [*known, *(f"{name}__*" for name in mcp_servers)]
         app.state.blueprints = load_blueprints(
             settings.agents_file, known_tools=known, known_profiles=models.names()
         )
@@ -141,6 +146,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             delegate_tool(delegator, timeout_seconds=settings.delegation_timeout_seconds + 5)
         )
         app.state.tools = tools
+        catalog = McpCatalog(
+            mcp_servers,
+            tools,
+            workspace_of=_workspace_of(settings, runtime),
+            discovery_cwd=_discovery_dir(settings) if mcp_servers else None,
+        )
+        app.state.mcp = catalog
+        await catalog.start()
         app.state.processes = processes
         app.state.delegator = delegator
         runs = RunManager(
@@ -169,6 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             app.state.shutdown_event.set()
             await runs.shutdown(grace_seconds=5.0)
+            await catalog.close()  # stdio MCP servers stop with the service
             if processes is not None:
                 await processes.shutdown()  # records each one before the store closes
             await bus.stop()
@@ -234,6 +248,31 @@ def build_models(settings: Settings, models_file: ModelsFile | None = None) -> M
         source=str(settings.models_file or "ASR_MODEL_PROFILES"),
     )
     return ModelRegistry(profiles)
+
+
+def _workspace_of(
+    settings: Settings, runtime: SessionRuntime
+) -> Callable[[ToolContext], Awaitable[Path]]:
+    """The calling session's workspace folder (as processes use it), created on first use:
+    where an MCP server started per workspace runs."""
+    policy = ProcessPolicy(root=settings.workspace_root)
+
+    async def workspace_of(context: ToolContext) -> Path:
+        session = await runtime.get(context.tenant_id, context.session_id)
+        name = workspace_name(session.binding or {}, context.session_id)
+        folder = workspace_dir(policy, context.tenant_id, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    return workspace_of
+
+
+def _discovery_dir(settings: Settings) -> Path:
+    """Where MCP servers are started to list their tools: the workspace root, never a
+    tenant's folder."""
+    folder = settings.workspace_root.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManager | None:

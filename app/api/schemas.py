@@ -498,10 +498,22 @@ class ToolRead(BaseModel):
     name: str
     description: str
     parameters: dict[str, Any]
+    source: str = Field(description="builtin, or mcp:<server> for an MCP server's tool.")
+    requires_approval: bool = Field(description="Every call waits for an approval.")
+
+
+class McpServerRead(BaseModel):
+    name: str
+    transport: str = Field(description="stdio or streamable_http.")
+    discovered: bool = Field(description="Its tools are known (it answered at least once).")
+    tools: list[str]
+    connected: bool
+    last_error: str | None = Field(description="What failed last (no server output).")
 
 
 class ToolList(BaseModel):
     data: list[ToolRead]
+    mcp_servers: list[McpServerRead] = Field(default_factory=list)
 
 
 class RetryRead(BaseModel):

@@ -331,17 +331,19 @@ class RunManager:
             )
             for t in request.client_tools
         ]
+        server_tools = [
+            t
+            for t in self.tools.available(spec.tools)
+            if t.name not in {c.name for c in client_tools}
+        ]
         return RunOptions(
             model=spec.model or self.models.default_model(spec.provider),
             instructions=spec.instructions,
-            server_tools=[
-                t
-                for t in self.tools.available(spec.tools)
-                if t.name not in {c.name for c in client_tools}
-            ],
+            server_tools=server_tools,
             client_tools=client_tools,
             approval_required=frozenset(spec.approval_required)
-            | frozenset(request.approval_required),
+            | frozenset(request.approval_required)
+            | frozenset(t.name for t in server_tools if t.requires_approval),
             max_total_turns=limits.get("max_total_turns") or spec.max_total_turns,
             max_auto_followups=_first(limits.get("max_auto_followups"), spec.max_auto_followups),
             max_tool_calls=_first(limits.get("max_tool_calls"), spec.max_tool_calls),
