@@ -230,6 +230,10 @@ class StateRead(BaseModel):
         default_factory=dict,
         description="Process snapshots by process id (present once the session has had one).",
     )
+    calibration: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Token-estimate calibration by <profile>/<model> (present once learnt).",
+    )
 
 
 class SaveRead(BaseModel):
@@ -391,12 +395,24 @@ class CompactRead(BaseModel):
     items: int
 
 
+class EstimateRead(BaseModel):
+    """The token estimate of memory, and what it rests on."""
+
+    tokens: int = Field(description="The estimate the projector uses.")
+    heuristic_tokens: int = Field(description="Four characters a token, plus framing.")
+    basis: str = Field(description="calibrated (learnt from provider counts) or heuristic.")
+    calibration_key: str = Field(description="<profile>/<model> the ratio belongs to.")
+    ratio: float = Field(description="Provider tokens per heuristic token (1.0: none learnt).")
+    samples: int = Field(description="Provider counts the ratio was learnt from.")
+
+
 class ContextRead(BaseModel):
     session_id: str
     seq: int
     report: dict[str, Any]
     items: list[dict[str, Any]]
     summary: str | None
+    estimate: EstimateRead
 
 
 class StreamTokenCreate(_Request):

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.runtime import event_payloads as ev
+from app.runtime.calibration import key_of, prompt_estimate, ratio_of
 from app.runtime.compaction import (
     CompactionFailed,
     CompactionPolicy,
@@ -77,6 +78,7 @@ class RunOptions:
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     summarizer: Summarizer | None = None
     context_budget: int | None = None  # max input tokens minus reserved output tokens
+    profile: str | None = None  # the model profile (the key of the token calibration)
 
     def tool_specs(self) -> list[ToolSpec]:
         return [t.spec for t in self.server_tools] + list(self.client_tools)
@@ -130,6 +132,8 @@ class LoopController:
         self.tool_calls = 0
         self.followups = 0
         self.started = time.monotonic()
+        # The request the latest response answered (a context retry sends another one).
+        self._last_request: ModelRequest | None = None
 
     def _progress(self) -> dict[str, Any]:
         return {"turns": self.turns, "usage": dict(self.usage)}
@@ -146,7 +150,7 @@ class LoopController:
             turn_id = f"{self.run_id}.t{self.turns}"
             state = await self._compacted_state(turn_id, unchanged)
             unchanged = None
-            items, report = projection(state.items, state.summary, self.opts.context_budget)
+            items, report = self._project(state)
             request = ModelRequest(
                 model=self.opts.model or "",
                 instructions=self._instructions(state),
@@ -154,8 +158,9 @@ class LoopController:
                 tools=self.opts.tool_specs(),
                 continuation=continuation,
                 continuation_count=self.followups,
-                # Without a summary, the projection's estimate is exactly the items' one.
-                items_tokens=report.tokens_after if state.summary is None else None,
+                # Without a summary (nor calibration), the projection's estimate is exactly
+                # the items' one.
+                items_tokens=report.tokens_after if self._plain(state) else None,
             )
             opening = [
                 ev.StepStart(turn=self.turns).event(run_id=self.run_id, turn_id=turn_id),
@@ -202,20 +207,35 @@ class LoopController:
         The retry sends the compacted memory, projected again; when compaction cannot
         remove anything the refusal stands (the same prompt would be refused again).
         """
+        self._last_request = request
         try:
             return await self.model.complete(request, self._delta(turn_id))
         except ModelContextTooLong:
             state = await self._compact_for_context(turn_id)
             if state is None:
                 raise
-        items, report = projection(state.items, state.summary, self.opts.context_budget)
+        items, report = self._project(state)
         retry = replace(
             request,
             instructions=self._instructions(state),
             items=items,
-            items_tokens=report.tokens_after if state.summary is None else None,
+            items_tokens=report.tokens_after if self._plain(state) else None,
         )
+        self._last_request = retry
         return await self.model.complete(retry, self._delta(turn_id))
+
+    @property
+    def calibration_key(self) -> str:
+        return key_of(self.opts.profile, self.opts.model)
+
+    def _project(self, state: SessionState) -> tuple[list[dict[str, Any]], ev.ProjectionReport]:
+        """Memory fitted to the budget, estimated with what this model's counts taught."""
+        ratio = ratio_of(state.calibration, self.calibration_key)
+        return projection(state.items, state.summary, self.opts.context_budget, ratio)
+
+    def _plain(self, state: SessionState) -> bool:
+        """The projection's estimate is the plain heuristic of the items alone."""
+        return state.summary is None and self.calibration_key not in state.calibration
 
     async def _compact_for_context(self, turn_id: str) -> SessionState | None:
         """Compact memory now (the policy's strategy; truncation if a summary fails), or
@@ -262,6 +282,17 @@ class LoopController:
             self.publish({**frame, "run_id": self.run_id, "turn_id": turn_id})
 
         return on_delta
+
+    def _calibration(self, response: ModelResponse) -> ev.Calibration | None:
+        """What this response teaches the token estimate (only a provider's own count)."""
+        reported = int(response.usage.get("input_tokens") or 0)
+        if not response.usage_reported or reported <= 0 or self._last_request is None:
+            return None
+        return {
+            "key": self.calibration_key,
+            "estimated_tokens": prompt_estimate(self._last_request),
+            "input_tokens": reported,
+        }
 
     def _count_usage(self, response: ModelResponse, request: ModelRequest) -> None:
         usage = response.usage or {}
@@ -311,6 +342,7 @@ class LoopController:
                 tool_calls=[_call_ref(c) for c in response.tool_calls],
                 usage=response.usage,
                 finish_reason=response.finish_reason,
+                calibration=self._calibration(response),
             ).event(run_id=self.run_id, turn_id=turn_id)
         ]
         if items:

@@ -321,7 +321,7 @@ class RunManager:
                 a run now (422, before anything is written).
         """
         spec = AgentSpec.model_validate(agent or {})
-        self.models.check(spec.provider)
+        profile = self.models.check(spec.provider)
         limits = request.limits
         client_tools = [
             ToolSpec(
@@ -352,7 +352,12 @@ class RunManager:
             on_tool_error=request.on_tool_error or spec.on_tool_error,
             compaction=spec.compaction,
             summarizer=self.summarizer_for(agent),
-            context_budget=budget_of(spec.max_input_tokens, spec.reserved_output_tokens),
+            # The agent's budget, else the profile's context window.
+            context_budget=budget_of(
+                spec.max_input_tokens or profile.config.context_window,
+                spec.reserved_output_tokens,
+            ),
+            profile=spec.provider,
         )
 
     def summarizer_for(self, agent: dict[str, Any]) -> Summarizer:

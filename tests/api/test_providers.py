@@ -208,3 +208,37 @@ async def test_a_context_length_refusal_compacts_and_retries_once(
     refused = await run(http, sid, big)
     assert refused["error"]["code"] == "model_context_too_long"
     assert refused["stop_reason"] == "PROVIDER_ERROR"
+
+
+@pytest.mark.parametrize("profile", KINDS)
+async def test_the_token_estimate_learns_from_the_providers_counts(
+    http: httpx.AsyncClient,
+    settings: Settings,
+    fakes: dict[str, str],
+    tenant: TenantKey,
+    profile: str,
+) -> None:
+    sid = await new_session(http, profile)
+    before = (await http.get(f"/v1/sessions/{sid}/context")).json()["estimate"]
+    assert before["basis"] == "heuristic" and before["ratio"] == 1.0
+    for text in ("first question " * 20, "second question " * 30):
+        assert (await run(http, sid, text))["stop_reason"] == "COMPLETED"
+    events = await ledger(http, sid)
+    seen = [e["payload"]["calibration"] for e in events if e["type"] == "MODEL_RESPONSE"]
+    assert [s["key"] for s in seen] == [f"{profile}/{profile}-model"] * 2
+    assert all(s["input_tokens"] > 0 and s["estimated_tokens"] > 0 for s in seen)
+    estimate = (await http.get(f"/v1/sessions/{sid}/context")).json()["estimate"]
+    assert estimate["basis"] == "calibrated" and estimate["samples"] == 2
+    assert estimate["ratio"] != 1.0
+    assert estimate["tokens"] == -(-estimate["heuristic_tokens"] * estimate["ratio"] // 1)
+    state = (await http.get(f"/v1/sessions/{sid}/state")).json()
+    assert state["calibration"][f"{profile}/{profile}-model"]["samples"] == 2
+    # Another process (a restart) folds the same figure from the ledger.
+    restarted = create_app(settings.model_copy(update={"model_profiles": profiles(fakes)}))
+    async with restarted.router.lifespan_context(restarted):
+        transport = httpx.ASGITransport(app=restarted)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://asr.test", headers=tenant.headers
+        ) as other:
+            again = (await other.get(f"/v1/sessions/{sid}/context")).json()["estimate"]
+    assert again == estimate
