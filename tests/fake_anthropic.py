@@ -97,7 +97,7 @@ def _blocks(answer: Answer, thinking: bool) -> list[bytes]:
     return out
 
 
-def build_app(script: Script | None = None) -> Starlette:
+def build_app(script: Script | None = None, *, key: str = KEY) -> Starlette:
     script = script or Script("anthropic")
 
     async def messages(request: Request) -> StreamingResponse | JSONResponse:
@@ -105,7 +105,7 @@ def build_app(script: Script | None = None) -> Starlette:
         user, tool_output, chars = _read(body)
         # The API takes the key as `x-api-key`; newer SDKs send it as a bearer token.
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
-        if KEY not in (request.headers.get("x-api-key"), bearer):
+        if key not in (request.headers.get("x-api-key"), bearer):
             answer = Answer("error", status=401, error="auth")
         else:
             tools = [t["name"] for t in body.get("tools") or []]

@@ -82,13 +82,13 @@ def _chunk(parts: list[dict[str, Any]], finish: str | None = None, **extra: Any)
     return f"data: {json.dumps({'candidates': [candidate], **extra})}\r\n\r\n".encode()
 
 
-def build_app(script: Script | None = None) -> Starlette:
+def build_app(script: Script | None = None, *, key: str = KEY) -> Starlette:
     script = script or Script("gemini")
 
     async def generate(request: Request) -> StreamingResponse | JSONResponse:
         body = await request.json()
         user, tool_output, chars = _read(body)
-        if request.headers.get("x-goog-api-key") != KEY:
+        if request.headers.get("x-goog-api-key") != key:
             return _error(Answer("error", status=400, error="auth"))
         offered = [
             d["name"] for t in body.get("tools") or [] for d in t.get("functionDeclarations") or []

@@ -121,8 +121,11 @@ def _tool_chunks(answer: Answer) -> list[dict[str, Any]]:
     ]
 
 
-async def completions(request: Request) -> StreamingResponse | JSONResponse:
-    if request.headers.get("authorization") != "Bearer sk-test-fake-key":
+KEY = "sk-test-fake-key"
+
+
+async def completions(request: Request, key: str = KEY) -> StreamingResponse | JSONResponse:
+    if request.headers.get("authorization") != f"Bearer {key}":
         return JSONResponse({"error": {"message": "bad key", "type": "auth"}}, status_code=401)
     body = await request.json()
     answer = _scripted(body)
@@ -145,7 +148,16 @@ async def completions(request: Request) -> StreamingResponse | JSONResponse:
     return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+def build_app(*, key: str = KEY) -> Starlette:
+    """The fake, accepting `key` (a test's canary, say) as its only key."""
+
+    async def route(request: Request) -> StreamingResponse | JSONResponse:
+        return await completions(request, key)
+
+    return Starlette(routes=[Route("/v1/chat/completions", route, methods=["POST"])])
+
+
+app = build_app()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,54 +21,16 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import ROOT, TenantKey, free_port
+from tests.mcp.process import HttpServer
 
 TOKEN_ENV = "ASR_TEST_MCP_TOKEN"
 TOKEN = "mcp-CANARYtoken0123456789"
 SERVERS = ["loc", "web"]  # stdio, Streamable HTTP
 
 
-@dataclass
-class HttpServer:
-    """The Streamable HTTP MCP server as a process of its own, so a test can kill it."""
-
-    port: int
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> None:
-        env = {**os.environ, "MCP_TEST_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.mcp.server", "--http", "--port", str(self.port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{self.port}/", timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise RuntimeError("the MCP HTTP server did not start")
-
-    def ensure_running(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            self.start()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def http_mcp() -> Iterator[HttpServer]:
-    server = HttpServer(port=free_port())
+    server = HttpServer(port=free_port(), token=TOKEN)
     server.start()
     yield server
     server.stop()
