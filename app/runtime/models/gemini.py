@@ -149,12 +149,18 @@ class GeminiModel:
                 for t in request.tools
             ]
             tools = [types.Tool(function_declarations=declarations)]
+        thinking = None
+        if self._config.thinking_budget_tokens is not None:
+            thinking = types.ThinkingConfig(
+                include_thoughts=True, thinking_budget=self._config.thinking_budget_tokens
+            )
         return types.GenerateContentConfig(
             system_instruction=request.instructions or None,
             tools=tools,
             max_output_tokens=request.max_output_tokens or self._config.max_output_tokens,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             automatic_continuation=False,
+            thinking_config=thinking,
         )
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:

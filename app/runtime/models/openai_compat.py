@@ -116,6 +116,7 @@ class OpenAICompatibleModel:
         timeout: float = 60.0,
         profile: str = "openai",
         credential_setting: str | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=0
@@ -123,6 +124,7 @@ class OpenAICompatibleModel:
         self._default_model = default_model
         self._profile = profile
         self._credential_setting = credential_setting
+        self._max_output_tokens = max_output_tokens
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         kwargs: dict[str, Any] = {
@@ -143,8 +145,8 @@ class OpenAICompatibleModel:
                 }
                 for t in request.tools
             ]
-        if request.max_output_tokens:
-            kwargs["max_tokens"] = request.max_output_tokens
+        if request.max_output_tokens or self._max_output_tokens:
+            kwargs["max_tokens"] = request.max_output_tokens or self._max_output_tokens
         try:
             return await self._stream(kwargs, on_delta)
         except openai.APIError as exc:

@@ -66,7 +66,10 @@ class ProfileConfig(BaseModel):
         default=None, ge=64, description="Input tokens the model accepts (listing and budget)."
     )
     thinking_budget_tokens: int | None = Field(
-        default=None, ge=1024, description="anthropic: extended thinking with this budget."
+        default=None,
+        ge=1024,
+        description="anthropic: extended thinking; gemini: the thinking budget (thoughts "
+        "streamed as reasoning deltas).",
     )
 
     @model_validator(mode="before")

@@ -35,6 +35,7 @@ def build_client(profile: Profile, key: str | None) -> ModelClient:
             timeout=config.timeout_seconds,
             profile=profile.name,
             credential_setting=_setting(profile),
+            max_output_tokens=config.max_output_tokens,
         )
     if config.kind == "anthropic":
         from app.runtime.models.anthropic import AnthropicModel
