@@ -38,6 +38,7 @@ from app.api.schemas import (
     EventList,
     EventTypeList,
     MemoryView,
+    ModelProfileList,
     ProcessList,
     ProcessLogs,
     ProcessRead,
@@ -385,6 +386,10 @@ class _Routes:
 
     def list_agents(self) -> Any:
         return self._call(_Req("GET", "/v1/agents", AgentList))
+
+    def list_models(self) -> Any:
+        """The model profiles an agent's `provider` can name (never their keys)."""
+        return self._call(_Req("GET", "/v1/models", ModelProfileList))
 
     def list_event_types(self) -> Any:
         """Every event type with its payload's JSON Schema (what events of each type hold)."""
