@@ -80,6 +80,11 @@ class McpServerConfig(BaseModel):
     headers: dict[str, SecretValue] = Field(default_factory=dict)
     env: dict[str, SecretValue] = Field(default_factory=dict)
     cwd: Path | None = None
+    stderr_file: Path | None = Field(
+        default=None,
+        description="stdio: append the server's stderr here (default: discarded, so a "
+        "server printing its own token never writes it into the service's log).",
+    )
     workspace_root: bool = Field(
         default=False, description="stdio: one process per workspace, started in it."
     )
@@ -95,8 +100,12 @@ class McpServerConfig(BaseModel):
             raise ValueError("give either command (stdio) or url (Streamable HTTP)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must be http(s)")
-        if self.url is not None and (self.env or self.workspace_root or self.cwd):
-            raise ValueError("env, cwd and workspace_root are for stdio servers (command)")
+        if self.url is not None and (
+            self.env or self.workspace_root or self.cwd or self.stderr_file
+        ):
+            raise ValueError(
+                "env, cwd, stderr_file and workspace_root are for stdio servers (command)"
+            )
         if self.command is not None and self.headers:
             raise ValueError("headers are for Streamable HTTP servers (url)")
         return self

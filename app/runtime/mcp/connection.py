@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Tool
@@ -166,12 +168,17 @@ class McpConnection:
         config = self.config
         if config.command is not None:
             env = {name: value.resolve() or "" for name, value in config.env.items()}
-            return StdioServerParameters(
+            parameters = StdioServerParameters(
                 command=config.command[0],
                 args=config.command[1:],
                 env=env or None,
                 cwd=self.cwd or config.cwd,
             )
+            # The server's stderr is its own business: discarded unless the operator names
+            # a file, so whatever it prints (its own token, say) never reaches our log.
+            errlog = open(config.stderr_file or os.devnull, "a", encoding="utf-8")
+            stack.callback(errlog.close)
+            return stdio_client(parameters, errlog=errlog)
         assert config.url is not None
         headers = {name: value.resolve() or "" for name, value in config.headers.items()}
         http = httpx2.AsyncClient(
