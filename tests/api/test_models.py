@@ -3,6 +3,9 @@ the setting to fix when an agent names a profile that is missing or not configur
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,9 +14,10 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import build_models, create_app
+from app.runtime.mcp.config import McpConfigError, parse_servers
 from app.runtime.models.profiles import ProfileError, build_profiles
 from app.settings import Settings
-from tests.conftest import TenantKey
+from tests.conftest import ROOT, TenantKey
 
 CANARY = "sk-ant-CANARYprofile0123456789"
 
@@ -150,3 +154,41 @@ def test_the_old_openai_settings_are_the_implicit_profile() -> None:
         and registry.default_model("openai") == "m"
     )
     assert "sk-old" not in str(registry.listing())
+
+
+def test_serve_refuses_a_bad_models_file_listing_every_problem(
+    tmp_path: Path, database_url: str
+) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "profiles:\n  claude:\n    kind: anthropic\n    api_key: sk-ant-pasted-here\n"
+        "mcp_servers:\n  gh:\n    url: http://127.0.0.1:9/mcp\n"
+        "    headers: {Authorization: Bearer-pasted-token}\n"
+    )
+    env = {**os.environ, "ASR_DATABASE_URL": database_url, "ASR_MODELS_FILE": str(path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "profile 'claude'" in result.stderr and "api_key_env or api_key_file" in result.stderr
+    assert "sk-ant-pasted-here" not in result.stderr
+
+
+def test_mcp_header_values_must_be_references() -> None:
+    with pytest.raises(McpConfigError) as caught:
+        parse_servers(
+            {
+                "gh": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer x"}},
+                "both": {"command": ["x"], "url": "http://127.0.0.1:9/mcp"},
+                "bad__name": {"command": ["x"]},
+            }
+        )
+    message = str(caught.value)
+    assert "MCP server 'gh': Authorization: give {env: NAME}" in message
+    assert "MCP server 'both'" in message and "MCP server 'bad__name'" in message
+    assert "Bearer x" not in message
