@@ -97,6 +97,22 @@ def _blocks(answer: Answer, thinking: bool) -> list[bytes]:
     return out
 
 
+def _thinking_refused(body: dict[str, Any]) -> bool:
+    """As the API does with thinking on: a tool-calling assistant turn must start with the
+    thinking block (and its signature) it was made with."""
+    if "thinking" not in body:
+        return False
+    for message in body["messages"]:
+        content = message["content"]
+        if message["role"] != "assistant" or isinstance(content, str):
+            continue
+        if any(b.get("type") == "tool_use" for b in content):
+            first = content[0]
+            if first.get("type") != "thinking" or first.get("signature") != "c2lnbmF0dXJl":
+                return True
+    return False
+
+
 def build_app(script: Script | None = None, *, key: str = KEY) -> Starlette:
     script = script or Script("anthropic")
 
@@ -112,6 +128,12 @@ def build_app(script: Script | None = None, *, key: str = KEY) -> Starlette:
             answer = script.answer(
                 user=user, tool_output=tool_output, tools=tools, prompt_chars=chars
             )
+        if answer.kind != "error" and _thinking_refused(body):
+            error = {
+                "type": "invalid_request_error",
+                "message": "Expected `thinking` or `redacted_thinking`, but found `tool_use`.",
+            }
+            return JSONResponse({"type": "error", "error": error}, status_code=400)
         if answer.kind == "error":
             kind, message = _ERRORS[answer.error]
             headers = {"retry-after": f"{answer.retry_after:g}"} if answer.error == "rate" else {}

@@ -242,3 +242,27 @@ async def test_the_token_estimate_learns_from_the_providers_counts(
         ) as other:
             again = (await other.get(f"/v1/sessions/{sid}/context")).json()["estimate"]
     assert again == estimate
+
+
+async def test_anthropic_thinking_survives_tool_turns_and_restarts(
+    http: httpx.AsyncClient, settings: Settings, fakes: dict[str, str], tenant: TenantKey
+) -> None:
+    """With thinking on, the API wants a tool-calling turn's thinking blocks back (the fake
+    refuses otherwise): sent from the client's cache in one process; after a restart the
+    continuation goes without thinking rather than failing."""
+    sid = await new_session(http, "claude", tools=["echo"], approval_required=["echo"])
+    blocked = await run(http, sid, '[call:echo {"text": "later"}]')
+    assert blocked["stop_reason"] == "BLOCKED_BY_APPROVAL"
+    [pending] = blocked["pending"]
+    restarted = create_app(settings.model_copy(update={"model_profiles": profiles(fakes)}))
+    async with restarted.router.lifespan_context(restarted):
+        transport = httpx.ASGITransport(app=restarted)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://asr.test", headers=tenant.headers, timeout=60
+        ) as other:
+            done = await other.post(
+                f"/v1/sessions/{sid}/approvals",
+                json={"call_id": pending["call_id"], "decision": "approve", "continue": True},
+            )
+    assert done.json()["stop_reason"] == "COMPLETED", done.text
+    assert done.json()["output"] == "The tool said: later"

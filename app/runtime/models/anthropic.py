@@ -7,12 +7,20 @@ are the `system` prompt, a function call is a `tool_use` block of the assistant'
 its output a `tool_result` block of the next user turn (consecutive items of one role are
 merged into one turn, as the API requires alternating roles).
 
+Extended thinking and tools: the API wants the thinking blocks (with their signatures) of
+an assistant turn that called tools sent back with that turn. Memory does not keep them
+(they are the provider's, not the conversation's), so the client keeps the blocks of recent
+tool-calling turns in a bounded per-process cache, keyed by the turn's first tool call, and
+sends them back; when they are not known (after a restart, or a turn another model made),
+that request goes without thinking, which the API accepts.
+
 The key is handed to the SDK client and kept nowhere else; the SDK does not retry
 (`max_retries=0`): the profile's policy does.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 from typing import Any
 
@@ -29,6 +37,8 @@ from app.runtime.models.failures import ProviderError, classify, retry_hint
 from app.runtime.models.profiles import ProfileConfig
 
 DEFAULT_MAX_TOKENS = 4096
+# Tool-calling turns whose thinking blocks are kept to be sent back (per client).
+THINKING_CACHE = 256
 
 
 def _user_blocks(content: Any) -> list[dict[str, Any]]:
@@ -56,9 +66,15 @@ def _text(content: Any) -> str:
     return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
 
 
-def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """Memory items -> Messages API turns (alternating roles, tool results in user turns)."""
+def to_messages(
+    request: ModelRequest, thinking: dict[str, list[dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
+    """Memory items -> Messages API turns (alternating roles, tool results in user turns).
+
+    `thinking` maps a turn's first tool call id to the thinking blocks to send back with it.
+    """
     turns: list[dict[str, Any]] = []
+    thinking = thinking or {}
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
         if turns and turns[-1]["role"] == role:
@@ -87,6 +103,12 @@ def to_messages(request: ModelRequest) -> list[dict[str, Any]]:
                 "name": item["name"],
                 "input": arguments if isinstance(arguments, dict) else {"value": arguments},
             }
+            blocks = thinking.get(item["call_id"])
+            if blocks and turns and turns[-1]["role"] == "assistant":
+                # Thinking comes first in its turn: the turn's text (if any) goes after it.
+                turns[-1]["content"][:0] = blocks
+            elif blocks:
+                add("assistant", list(blocks))
             add("assistant", [block])
         elif kind == "function_call_output":
             block = {
@@ -137,11 +159,15 @@ class AnthropicModel:
         self._profile = profile
         self._config = config
         self._credential_setting = credential_setting
+        self._thinking: collections.OrderedDict[str, list[dict[str, Any]]] = (
+            collections.OrderedDict()
+        )
 
     def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+        messages = to_messages(request, self._thinking)
         kwargs: dict[str, Any] = {
             "model": request.model or self._config.default_model or "",
-            "messages": to_messages(request),
+            "messages": messages,
             "max_tokens": request.max_output_tokens
             or self._config.max_output_tokens
             or DEFAULT_MAX_TOKENS,
@@ -155,7 +181,7 @@ class AnthropicModel:
                 for t in request.tools
             ]
         budget = self._config.thinking_budget_tokens
-        if budget is not None:
+        if budget is not None and _thinking_intact(messages):
             kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}
             kwargs["max_tokens"] = max(kwargs["max_tokens"], budget + 1024)
         return kwargs
@@ -163,11 +189,30 @@ class AnthropicModel:
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         try:
             stream = await self._client.messages.create(**self._arguments(request))
-            return await _Assembler(on_delta).read(stream)
+            assembler = _Assembler(on_delta)
+            response = await assembler.read(stream)
         except anthropic.APIError as exc:
             raise provider_error(
                 exc, profile=self._profile, credential_setting=self._credential_setting
             ) from None
+        if response.tool_calls and assembler.thinking_blocks:
+            self._thinking[response.tool_calls[0].call_id] = assembler.thinking_blocks
+            while len(self._thinking) > THINKING_CACHE:
+                self._thinking.popitem(last=False)
+        return response
+
+
+def _thinking_intact(messages: list[dict[str, Any]]) -> bool:
+    """Thinking may be on unless the newest assistant turn called tools without the thinking
+    blocks it was made with (the API refuses that)."""
+    for turn in reversed(messages):
+        if turn["role"] != "assistant":
+            continue
+        kinds = [block.get("type") for block in turn["content"]]
+        if "tool_use" not in kinds:
+            return True
+        return kinds[0] in ("thinking", "redacted_thinking")
+    return True
 
 
 class _Assembler:
@@ -180,6 +225,11 @@ class _Assembler:
         self.calls: dict[int, dict[str, str]] = {}
         self.usage: dict[str, int] = {}
         self.stop = "end_turn"
+        self.blocks: dict[int, dict[str, Any]] = {}  # thinking blocks being streamed
+
+    @property
+    def thinking_blocks(self) -> list[dict[str, Any]]:
+        return [self.blocks[i] for i in sorted(self.blocks)]
 
     async def read(self, stream: Any) -> ModelResponse:
         async for event in stream:
@@ -195,6 +245,10 @@ class _Assembler:
         block = event.content_block
         if block.type == "tool_use":
             self.calls[event.index] = {"id": block.id, "name": block.name, "arguments": ""}
+        elif block.type == "thinking":
+            self.blocks[event.index] = {"type": "thinking", "thinking": "", "signature": ""}
+        elif block.type == "redacted_thinking":
+            self.blocks[event.index] = {"type": "redacted_thinking", "data": block.data}
 
     def _on_content_block_delta(self, event: Any) -> None:
         delta = event.delta
@@ -204,6 +258,10 @@ class _Assembler:
         elif delta.type == "thinking_delta":
             self.reasoning.append(delta.thinking)
             self.on_delta({"type": "reasoning_delta", "text": delta.thinking})
+            if event.index in self.blocks:
+                self.blocks[event.index]["thinking"] += delta.thinking
+        elif delta.type == "signature_delta" and event.index in self.blocks:
+            self.blocks[event.index]["signature"] += delta.signature
         elif delta.type == "input_json_delta" and event.index in self.calls:
             self.calls[event.index]["arguments"] += delta.partial_json
 
