@@ -109,7 +109,10 @@ def build_app(script: Script | None = None, *, key: str = KEY) -> Starlette:
         async def stream() -> AsyncIterator[bytes]:
             yield _chunk([{"text": "thinking about it", "thought": True}])
             if answer.kind == "tool":
-                call = {"functionCall": {"name": answer.tool, "args": answer.arguments}}
+                call = {
+                    "functionCall": {"name": answer.tool, "args": answer.arguments},
+                    "thoughtSignature": "c2lnbmF0dXJl",
+                }
                 yield _chunk([call], "STOP", usageMetadata=usage, modelVersion="fake")
                 return
             pieces = thirds(answer.text)

@@ -6,11 +6,14 @@ by name), and reports usage (`usage_metadata`: prompt, candidates, cached and th
 tokens). Memory items become `contents`: the user's turns, the model's (`role: model`),
 `function_call` parts and `function_response` parts. The SDK's own retries, automatic
 function calling and automatic continuation are off: the loop controller and the profile's
-retry policy do those things, visibly.
+retry policy do those things, visibly. A function call's `thought_signature` (which thinking
+models want back with the call) is kept in a bounded per-process cache by call id and sent
+back with it; memory does not hold provider artefacts.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import uuid
@@ -25,6 +28,7 @@ from app.runtime.models.failures import ProviderError, classify, retry_hint
 from app.runtime.models.profiles import ProfileConfig
 
 _DELAY = re.compile(r"^([\d.]+)s$")
+SIGNATURE_CACHE = 1024
 
 
 def _text(content: Any) -> str:
@@ -52,9 +56,15 @@ def _user_parts(content: Any) -> list[types.Part]:
     return parts
 
 
-def to_contents(request: ModelRequest) -> list[types.Content]:
-    """Memory items -> Gemini contents (consecutive parts of one role in one content)."""
+def to_contents(
+    request: ModelRequest, signatures: dict[str, bytes] | None = None
+) -> list[types.Content]:
+    """Memory items -> Gemini contents (consecutive parts of one role in one content).
+
+    `signatures` maps a call id to the thought signature its function call came with.
+    """
     contents: list[types.Content] = []
+    signatures = signatures or {}
     names: dict[str, str] = {}
 
     def add(role: str, parts: list[types.Part]) -> None:
@@ -79,7 +89,8 @@ def to_contents(request: ModelRequest) -> list[types.Content]:
             except ValueError:
                 args = {}
             call = types.FunctionCall(id=item["call_id"], name=item["name"], args=args)
-            add("model", [types.Part(function_call=call)])
+            signature = signatures.get(item["call_id"])
+            add("model", [types.Part(function_call=call, thought_signature=signature)])
         elif kind == "function_call_output":
             response = types.FunctionResponse(
                 id=item["call_id"],
@@ -138,6 +149,7 @@ class GeminiModel:
         self._profile = profile
         self._config = config
         self._credential_setting = credential_setting
+        self._signatures: collections.OrderedDict[str, bytes] = collections.OrderedDict()
 
     def _config_of(self, request: ModelRequest) -> types.GenerateContentConfig:
         tools = None
@@ -167,12 +179,16 @@ class GeminiModel:
         try:
             stream = await self._client.aio.models.generate_content_stream(
                 model=request.model or self._config.default_model or "",
-                contents=to_contents(request),  # type: ignore[arg-type]
+                contents=to_contents(request, self._signatures),  # type: ignore[arg-type]
                 config=self._config_of(request),
             )
             assembler = _Assembler(on_delta)
             async for chunk in stream:
                 assembler.add(chunk)
+            for call_id, signature in assembler.signatures.items():
+                self._signatures[call_id] = signature
+            while len(self._signatures) > SIGNATURE_CACHE:
+                self._signatures.popitem(last=False)
             return assembler.response()
         except genai_errors.APIError as exc:
             raise provider_error(
@@ -197,6 +213,7 @@ class _Assembler:
         self.calls: list[ToolCallRequest] = []
         self.usage: dict[str, int] = {}
         self.finish = "stop"
+        self.signatures: dict[str, bytes] = {}
 
     def add(self, chunk: types.GenerateContentResponse) -> None:
         if chunk.usage_metadata is not None:
@@ -211,6 +228,8 @@ class _Assembler:
         if part.function_call is not None:
             call = part.function_call
             call_id = call.id or f"call_{uuid.uuid4().hex[:16]}"
+            if part.thought_signature:
+                self.signatures[call_id] = part.thought_signature
             arguments = json.dumps(call.args or {})
             self.calls.append(ToolCallRequest(call_id, call.name or "", arguments))
         elif part.text and part.thought:
