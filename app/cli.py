@@ -233,12 +233,33 @@ def _open_in(path: str) -> Iterator[TextIO]:
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
-    from app.main import begin_shutdown, configure_logging, create_app, known_tool_names
+    from app.main import (
+        begin_shutdown,
+        build_models,
+        configure_logging,
+        create_app,
+        known_tool_names,
+    )
+    from app.runtime.mcp.config import McpConfigError, parse_servers
+    from app.runtime.models.profiles import ProfileError
+    from app.runtime.models_file import read_models_file
 
     configure_logging(settings.log_level, settings.log_format)
     try:
+        models = build_models(settings)
+        servers = parse_servers(
+            {**read_models_file(settings.models_file).mcp_servers, **settings.mcp_servers}
+        )
+    except (ProfileError, McpConfigError) as exc:
+        print(f"asr: invalid models file or settings:\n{exc}", file=sys.stderr)
+        return 2
+    try:
         # The app validates the file again at start; here a bad file gets a plain message.
-        load_blueprints(settings.agents_file, known_tools=known_tool_names(settings))
+        load_blueprints(
+            settings.agents_file,
+            known_tools=[*known_tool_names(settings), *(f"{n}__*" for n in servers)],
+            known_profiles=models.names(),
+        )
     except BlueprintError as exc:
         print(f"asr: invalid ASR_AGENTS_FILE:\n{exc}", file=sys.stderr)
         return 2

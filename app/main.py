@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI
@@ -36,6 +37,7 @@ from app.api import (
     streams,
 )
 from app.api import delegation as delegation_api
+from app.api import models as models_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
 from app.api.access import AccessMiddleware
@@ -50,8 +52,11 @@ from app.logs import configure_logging
 from app.runtime.accounts import Accounts
 from app.runtime.blueprints import load_blueprints
 from app.runtime.delegation import DELEGATE, Delegator, delegate_tool
-from app.runtime.models.openai_compat import OpenAICompatibleModel
-from app.runtime.models.scripted import ScriptedModel
+from app.runtime.mcp.catalog import McpCatalog
+from app.runtime.mcp.config import parse_servers
+from app.runtime.models.profiles import build_profiles
+from app.runtime.models.registry import ModelRegistry
+from app.runtime.models_file import ModelsFile, read_models_file
 from app.runtime.processes import ProcessManager
 from app.runtime.redaction import Redactor
 from app.runtime.revocation import RevocationWatch
@@ -59,8 +64,8 @@ from app.runtime.runs import RunManager
 from app.runtime.service import Limits, SessionRuntime
 from app.runtime.shell import SHELL, shell_tool
 from app.runtime.stream_tokens import StreamTokens
-from app.runtime.tools import ToolRegistry
-from app.runtime.workspace import ProcessPolicy, split_names
+from app.runtime.tools import ToolContext, ToolRegistry
+from app.runtime.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
 from app.settings import Settings, get_settings, split_origins
 from app.store.bus import make_bus
 from app.store.engine import make_engine
@@ -69,7 +74,13 @@ from app.store.store import store_for
 from app.tracing import configure_tracing
 from app.ui import router as ui_router
 
-__all__ = ["begin_shutdown", "configure_logging", "create_app", "known_tool_names"]
+__all__ = [
+    "begin_shutdown",
+    "build_models",
+    "configure_logging",
+    "create_app",
+    "known_tool_names",
+]
 
 log = logging.getLogger("app")
 
@@ -89,7 +100,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.schema_revisions = script_revisions()
         known = known_tool_names(settings)
-        app.state.blueprints = load_blueprints(settings.agents_file, known_tools=known)
+        models_file = read_models_file(settings.models_file)
+        models = build_models(settings, models_file)
+        app.state.models = models
+        mcp_servers = parse_servers({**models_file.mcp_servers, **settings.mcp_servers})
+        known = [*known, *(f"{name}__*" for name in mcp_servers)]
+        app.state.blueprints = load_blueprints(
+            settings.agents_file, known_tools=known, known_profiles=models.names()
+        )
         engine = make_engine(settings)
         redactor = Redactor(settings.redact_patterns)
         store = store_for(
@@ -136,20 +154,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             delegate_tool(delegator, timeout_seconds=settings.delegation_timeout_seconds + 5)
         )
         app.state.tools = tools
+        catalog = McpCatalog(
+            mcp_servers,
+            tools,
+            workspace_of=_workspace_of(settings, runtime),
+            discovery_cwd=_discovery_dir(settings) if mcp_servers else None,
+        )
+        app.state.mcp = catalog
+        await catalog.start()
         app.state.processes = processes
         app.state.delegator = delegator
         runs = RunManager(
             runtime,
             store,
-            models={
-                "scripted": ScriptedModel(),
-                "openai": OpenAICompatibleModel(
-                    base_url=settings.openai_base_url,
-                    api_key=settings.openai_api_key.get_secret_value(),
-                    default_model=settings.openai_model,
-                    timeout=settings.openai_timeout_seconds,
-                ),
-            },
+            models=models,
             tools=tools,
             lease_seconds=settings.run_lease_seconds,
             sweep_seconds=settings.run_sweep_seconds,
@@ -173,6 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.shutdown_event.set()
             await revocations.stop()
             await runs.shutdown(grace_seconds=5.0)
+            await catalog.close()  # stdio MCP servers stop with the service
             if processes is not None:
                 await processes.shutdown()  # records each one before the store closes
             await bus.stop()
@@ -211,6 +230,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         events.router,
         streams.router,
         agents.router,
+        models_api.router,
         event_types.router,
         ops.router,
         ui_router,
@@ -232,6 +252,46 @@ def known_tool_names(settings: Settings) -> list[str]:
     """The server tools the app will register, known before it is built (for blueprints)."""
     extra = [DELEGATE, *([SHELL] if settings.processes_enabled else [])]
     return sorted({*ToolRegistry().names(), *extra})
+
+
+def build_models(settings: Settings, models_file: ModelsFile | None = None) -> ModelRegistry:
+    """The model profiles of the models file and ASR_MODEL_PROFILES, with the implicit
+    `scripted` and `openai` (from ASR_OPENAI_*). Raises ProfileError listing every problem."""
+    models_file = models_file or read_models_file(settings.models_file)
+    profiles = build_profiles(
+        {**models_file.profiles, **settings.model_profiles},
+        openai_base_url=settings.openai_base_url,
+        openai_api_key=settings.openai_api_key.get_secret_value(),
+        openai_model=settings.openai_model,
+        openai_timeout_seconds=settings.openai_timeout_seconds,
+        source=str(settings.models_file or "ASR_MODEL_PROFILES"),
+    )
+    return ModelRegistry(profiles)
+
+
+def _workspace_of(
+    settings: Settings, runtime: SessionRuntime
+) -> Callable[[ToolContext], Awaitable[Path]]:
+    """The calling session's workspace folder (as processes use it), created on first use:
+    where an MCP server started per workspace runs."""
+    policy = ProcessPolicy(root=settings.workspace_root)
+
+    async def workspace_of(context: ToolContext) -> Path:
+        session = await runtime.get(context.tenant_id, context.session_id)
+        name = workspace_name(session.binding or {}, context.session_id)
+        folder = workspace_dir(policy, context.tenant_id, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    return workspace_of
+
+
+def _discovery_dir(settings: Settings) -> Path:
+    """Where MCP servers are started to list their tools: the workspace root, never a
+    tenant's folder."""
+    folder = settings.workspace_root.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManager | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -98,6 +98,21 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr = Field(default=SecretStr(""), description="Never logged or stored.")
     openai_model: str = Field(default="gpt-4o-mini", description="Default model name.")
     openai_timeout_seconds: float = Field(default=60.0, gt=0)
+    models_file: Path | None = Field(
+        default=None,
+        description="YAML file of model profiles (`profiles:`) and MCP servers "
+        "(`mcp_servers:`); validated at start. Keys only by reference (env var or file).",
+    )
+    model_profiles: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Model profiles as JSON ({name: {kind, base_url, api_key_env, ...}}); "
+        "added to the models file's, winning on a name clash.",
+    )
+    mcp_servers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="MCP servers as JSON ({name: {command: [...]} or {url: ...}}); added to "
+        "the models file's, winning on a name clash.",
+    )
     processes_enabled: bool = Field(
         default=False,
         description="The process plane: the `shell` tool and the processes routes (off: 404).",

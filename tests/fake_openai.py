@@ -6,6 +6,8 @@ usage chunk when `stream_options.include_usage` is set. Behaviour:
 - the last message is a tool result  -> "The tool said: <content>"
 - the last user message mentions "weather" and tools are offered -> a `weather` tool call
 - otherwise -> "openai echo: <text>" in three chunks, after a reasoning delta
+Before those, `tests.fake_behaviour.Script` decides the error paths and `[call:NAME {...}]`
+tool calls: 429 with `retry-after`, `context_length_exceeded`, and 401 for `[auth]`.
 Run: python -m tests.fake_openai --port N
 """
 
@@ -22,6 +24,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from tests.fake_behaviour import Answer, Script
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -76,11 +80,61 @@ def _plan(body: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-async def completions(request: Request) -> StreamingResponse | JSONResponse:
-    if request.headers.get("authorization") != "Bearer sk-test-fake-key":
+SCRIPT = Script("openai")
+_ERRORS = {
+    "auth": ("Incorrect API key provided: sk-test-***-key", "invalid_api_key"),
+    "rate": ("Rate limit reached for requests", "rate_limit_exceeded"),
+    "context": (
+        "This model's maximum context length is 8192 tokens. However, your messages resulted "
+        "in 9000 tokens.",
+        "context_length_exceeded",
+    ),
+}
+
+
+def _scripted(body: dict[str, Any]) -> Answer:
+    messages = body.get("messages") or []
+    tool_output = messages[-1]["content"] if messages and messages[-1]["role"] == "tool" else None
+    users = [m for m in messages if m["role"] == "user" and isinstance(m.get("content"), str)]
+    tools = [t["function"]["name"] for t in body.get("tools") or []]
+    return SCRIPT.answer(
+        user=users[-1]["content"] if users else "",
+        tool_output=tool_output,
+        tools=tools,
+        prompt_chars=len(json.dumps(messages)),
+    )
+
+
+def _tool_chunks(answer: Answer) -> list[dict[str, Any]]:
+    raw = json.dumps(answer.arguments)
+    first = {"index": 0, "id": "call_s1", "type": "function", "function": {"name": answer.tool}}
+    return [
+        _chunk(
+            {
+                "role": "assistant",
+                "tool_calls": [{**first, "function": {**first["function"], "arguments": ""}}],
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": raw[: len(raw) // 2]}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": raw[len(raw) // 2 :]}}]}),
+        _chunk({}, "tool_calls"),
+    ]
+
+
+KEY = "sk-test-fake-key"
+
+
+async def completions(request: Request, key: str = KEY) -> StreamingResponse | JSONResponse:
+    if request.headers.get("authorization") != f"Bearer {key}":
         return JSONResponse({"error": {"message": "bad key", "type": "auth"}}, status_code=401)
     body = await request.json()
-    chunks = _plan(body)
+    answer = _scripted(body)
+    if answer.kind == "error":
+        message, code = _ERRORS[answer.error]
+        headers = {"retry-after": f"{answer.retry_after:g}"} if answer.error == "rate" else {}
+        error = {"message": message, "type": "invalid_request_error", "code": code}
+        return JSONResponse({"error": error}, status_code=answer.status, headers=headers)
+    chunks = _tool_chunks(answer) if answer.kind == "tool" else _plan(body)
 
     async def stream() -> AsyncIterator[bytes]:
         for chunk in chunks:
@@ -94,7 +148,16 @@ async def completions(request: Request) -> StreamingResponse | JSONResponse:
     return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+def build_app(*, key: str = KEY) -> Starlette:
+    """The fake, accepting `key` (a test's canary, say) as its only key."""
+
+    async def route(request: Request) -> StreamingResponse | JSONResponse:
+        return await completions(request, key)
+
+    return Starlette(routes=[Route("/v1/chat/completions", route, methods=["POST"])])
+
+
+app = build_app()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

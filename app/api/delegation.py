@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api import views
-from app.api.deps import DelegatorDep, IdempotencyKey, RuntimeDep, TenantDep
+from app.api.deps import DelegatorDep, IdempotencyKey, ModelsDep, RuntimeDep, TenantDep
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.runs import run_view
@@ -34,11 +34,15 @@ async def delegate(
     tenant: TenantDep,
     runtime: RuntimeDep,
     delegator: DelegatorDep,
+    models: ModelsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Hand a subtask to a child session (same root, the caller's binding) and wait for its run
     to end; returns the child and its run.
     """
+    if body.agent is not None:
+        models.check(body.agent.provider)  # before the child session is created
+
     async def produce(token: IdempotencyToken | None) -> Response:
         return await _delegated(
             await delegator.delegate(

@@ -12,6 +12,7 @@ from app.runtime.accounts import Accounts, Principal
 from app.runtime.blueprints import Blueprints
 from app.runtime.delegation import Delegator
 from app.runtime.errors import ProcessesDisabled, Unauthorized
+from app.runtime.models.registry import ModelRegistry
 from app.runtime.processes import ProcessManager
 from app.runtime.runs import RunManager
 from app.runtime.service import SessionRuntime
@@ -55,6 +56,10 @@ async def get_processes(
 
 async def get_delegator(request: Request) -> Delegator:
     return request.app.state.delegator
+
+
+async def get_models(request: Request) -> ModelRegistry:
+    return request.app.state.models
 
 
 async def get_tools(request: Request) -> ToolRegistry:
@@ -117,6 +122,7 @@ StreamGrantDep = Annotated[StreamGrant, Depends(get_stream_grant)]
 ProcessesDep = Annotated[ProcessManager, Depends(get_processes)]
 DelegatorDep = Annotated[Delegator, Depends(get_delegator)]
 ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]
+ModelsDep = Annotated[ModelRegistry, Depends(get_models)]
 IdempotencyKey = Annotated[
     str | None,
     Header(

@@ -7,11 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import IdempotencyKey, RunsDep, RuntimeDep, TenantDep
+from app.api.deps import IdempotencyKey, ModelsDep, RunsDep, RuntimeDep, TenantDep
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import CompactRead, CompactRequest, ContextRead
 from app.runtime.agent import AgentSpec
+from app.runtime.calibration import key_of, ratio_of, scaled
 from app.runtime.compact import compact_result_of, compact_session
 from app.runtime.context import budget_of, project
 from app.runtime.ports import IdempotencyToken
@@ -94,6 +95,7 @@ async def context(
     session_id: str,
     tenant: TenantDep,
     runtime: RuntimeDep,
+    models: ModelsDep,
     max_input_tokens: Annotated[int | None, Query(ge=1)] = None,
     reserved_output_tokens: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict:
@@ -102,17 +104,29 @@ async def context(
     """
     loaded = await runtime.load(tenant.tenant_id, session_id)
     spec = AgentSpec.model_validate(loaded.session.agent or {})
+    key = key_of(spec.provider, spec.model or models.default_model(spec.provider))
+    ratio = ratio_of(loaded.state.calibration, key)
     budget = budget_of(
         max_input_tokens if max_input_tokens is not None else spec.max_input_tokens,
         reserved_output_tokens
         if reserved_output_tokens is not None
         else (spec.reserved_output_tokens if max_input_tokens is None else 0),
     )
-    items, report = project(loaded.state.items, loaded.state.summary, budget)
+    items, report = project(loaded.state.items, loaded.state.summary, budget, ratio)
+    heuristic = loaded.state.estimated_tokens()
+    learnt = loaded.state.calibration.get(key)
     return {
         "session_id": session_id,
         "seq": loaded.state.seq,
         "report": report,
         "items": items,
         "summary": loaded.state.summary,
+        "estimate": {
+            "tokens": scaled(heuristic, ratio),
+            "heuristic_tokens": heuristic,
+            "basis": "calibrated" if learnt else "heuristic",
+            "calibration_key": key,
+            "ratio": ratio,
+            "samples": int(learnt["samples"]) if learnt else 0,
+        },
     }

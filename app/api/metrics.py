@@ -30,7 +30,8 @@ from app.runtime.loop import StopReason
 
 # The loop's stop reasons, plus FAILED for a run that ended in an error (no stop reason).
 STOP_REASONS = frozenset(r.value for r in StopReason) | {"FAILED"}
-PROVIDERS = frozenset({"scripted", "openai"})
+# Model calls are labelled by profile kind (a bounded set), never by profile name.
+PROVIDERS = frozenset({"scripted", "openai", "anthropic", "gemini"})
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 EVENT_TYPES = frozenset(t.value for t in EventType)
 UNMATCHED_ROUTE = "unmatched"

@@ -497,6 +497,9 @@ async def create_oneshot_run(
     """Run an inline agent once without keeping a session: the session is created, run and
     erased in one call (kept with `keep: true`). Answers like `POST /v1/sessions/{id}/runs`.
     """
+    # Before anything is created: an unusable profile would leave an empty session behind.
+    runs.models.check(body.agent.provider)
+
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.create(
             tenant.tenant_id,

@@ -256,6 +256,10 @@ class StateRead(BaseModel):
         default_factory=dict,
         description="Process snapshots by process id (present once the session has had one).",
     )
+    calibration: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Token-estimate calibration by <profile>/<model> (present once learnt).",
+    )
 
 
 class SaveRead(BaseModel):
@@ -417,12 +421,24 @@ class CompactRead(BaseModel):
     items: int
 
 
+class EstimateRead(BaseModel):
+    """The token estimate of memory, and what it rests on."""
+
+    tokens: int = Field(description="The estimate the projector uses.")
+    heuristic_tokens: int = Field(description="Four characters a token, plus framing.")
+    basis: str = Field(description="calibrated (learnt from provider counts) or heuristic.")
+    calibration_key: str = Field(description="<profile>/<model> the ratio belongs to.")
+    ratio: float = Field(description="Provider tokens per heuristic token (1.0: none learnt).")
+    samples: int = Field(description="Provider counts the ratio was learnt from.")
+
+
 class ContextRead(BaseModel):
     session_id: str
     seq: int
     report: dict[str, Any]
     items: list[dict[str, Any]]
     summary: str | None
+    estimate: EstimateRead
 
 
 class StreamTokenCreate(_Request):
@@ -524,7 +540,48 @@ class ToolRead(BaseModel):
     name: str
     description: str
     parameters: dict[str, Any]
+    source: str = Field(description="builtin, or mcp:<server> for an MCP server's tool.")
+    requires_approval: bool = Field(description="Every call waits for an approval.")
+
+
+class McpServerRead(BaseModel):
+    name: str
+    transport: str = Field(description="stdio or streamable_http.")
+    discovered: bool = Field(description="Its tools are known (it answered at least once).")
+    tools: list[str]
+    connected: bool
+    last_error: str | None = Field(description="What failed last (no server output).")
 
 
 class ToolList(BaseModel):
     data: list[ToolRead]
+    mcp_servers: list[McpServerRead] = Field(default_factory=list)
+
+
+class RetryRead(BaseModel):
+    max_attempts: int
+    initial_backoff_seconds: float
+    max_backoff_seconds: float
+
+
+class ModelProfileRead(BaseModel):
+    """A model profile as configured: where its key comes from, never the key."""
+
+    name: str
+    kind: str = Field(description="openai, anthropic, gemini or scripted.")
+    base_url: str | None
+    default_model: str | None
+    credential: str | None = Field(
+        description="Where the key is read from: env:NAME or file:PATH (never the key)."
+    )
+    configured: bool
+    missing: str | None = Field(description="The setting to fix when not configured.")
+    timeout_seconds: float
+    retry: RetryRead
+    max_output_tokens: int | None
+    context_window: int | None
+    thinking_budget_tokens: int | None
+
+
+class ModelProfileList(BaseModel):
+    data: list[ModelProfileRead]

@@ -17,6 +17,7 @@ from app.api.deps import (
     BlueprintsDep,
     IdempotencyKey,
     IfMatch,
+    ModelsDep,
     RuntimeDep,
     SettingsDep,
     TenantDep,
@@ -79,6 +80,7 @@ async def create_session(
     tenant: TenantDep,
     runtime: RuntimeDep,
     blueprints: BlueprintsDep,
+    models: ModelsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Create a session: a durable container with its own memory and event ledger.
@@ -92,6 +94,7 @@ async def create_session(
         raise InvalidRequest("give either agent or agent_name, not both")
     # A named agent is copied into the session: later edits of the file leave it alone.
     agent = blueprints.spec(body.agent_name) if body.agent_name is not None else body.agent
+    models.check(agent.provider)  # 422 naming the profile, or the setting to fix
 
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.create(

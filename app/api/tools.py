@@ -1,8 +1,10 @@
-"""Tool listing: the server tools this server offers (what an agent spec's `tools` names)."""
+"""Tool listing: the server tools this server offers (what an agent spec's `tools` names):
+the built-ins and the tools of the configured MCP servers (`server__tool`), with their
+schemas, and the state of each MCP server. Reading it never contacts a server."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.api.deps import TenantDep, ToolsDep
 from app.api.problems import problem_responses
@@ -14,16 +16,24 @@ router = APIRouter(prefix="/v1", tags=["tools"])
 @router.get(
     "/tools",
     response_model=ToolList,
-    summary="Server tools available to agents (shell only with processes enabled)",
+    summary="Built-in and MCP tools available to agents (shell only with processes enabled)",
     responses=problem_responses(401),
 )
-async def list_tools(tenant: TenantDep, tools: ToolsDep) -> dict:
-    """The server tools agents may call, with their JSON Schema parameters. `shell` appears
-    only when processes are enabled.
+async def list_tools(request: Request, tenant: TenantDep, tools: ToolsDep) -> dict:
+    """The tools agents may call (built-in, `shell` only when processes are enabled, and
+    every MCP server's), with their JSON Schema parameters and where each comes from.
     """
+    catalog = getattr(request.app.state, "mcp", None)
     return {
         "data": [
-            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "source": t.source,
+                "requires_approval": t.requires_approval,
+            }
             for t in tools.listing()
-        ]
+        ],
+        "mcp_servers": catalog.status() if catalog is not None else [],
     }

@@ -1,7 +1,10 @@
 """The agent spec a session carries: which model, instructions, tools and loop limits.
 
-Provider keys are never part of it: they live in server settings, so an agent spec can be
-returned by the API and stored in events without leaking a secret.
+`provider` names a model profile of the server (`GET /v1/models`): `scripted`, `openai`, or
+one an operator configured. Keys are never part of a spec: a profile refers to them in the
+server's settings, so an agent spec can be returned by the API and stored in events without
+leaking a secret. Whether the profile exists is checked where sessions and runs are created
+(the spec itself cannot know the server's profiles).
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from app.runtime.compaction import CompactionPolicy
 class AgentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    provider: Literal["scripted", "openai"] = Field(
-        default="scripted", description="Model client: offline scripted, or OpenAI-compatible."
+    provider: str = Field(
+        default="scripted",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+        description="The model profile (GET /v1/models): scripted, openai, or an operator's.",
     )
     model: str | None = Field(
-        default=None, max_length=128, description="Model name; default from server settings."
+        default=None, max_length=128, description="Model name; default: the profile's."
     )
     instructions: str | None = Field(default=None, max_length=65_536)
     tools: list[str] = Field(
         default_factory=list,
         max_length=64,
-        description="Server tools the agent may call; empty means every built-in.",
+        description="Server tools the agent may call; empty means every built-in. MCP tools "
+        "(server__tool, or server__* for all of a server's) only when named.",
     )
     approval_required: list[str] = Field(
         default_factory=list, max_length=64, description="Tools that need an approval first."

@@ -14,12 +14,14 @@ Every entry is an `AgentSpec` plus an optional `description`, validated when the
 starts; an invalid file stops the start with one message per problem, naming the agent and
 the field. A session created with `agent_name` gets a copy of the spec as it is at that
 moment (the session's ledger stays self-contained when the file changes later). Specs hold
-no secrets: provider keys live in server settings.
+no secrets: provider keys live in server settings. `provider` must name a model profile of
+the server (the implicit `scripted` and `openai`, or one of the models file).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from app.runtime.agent import AgentSpec
 from app.runtime.errors import InvalidRequest
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+IMPLICIT_PROFILES = ("openai", "scripted")
 
 
 class BlueprintError(ValueError):
@@ -68,7 +71,12 @@ class Blueprints:
         return found.spec
 
 
-def load_blueprints(path: Path | None, *, known_tools: list[str]) -> Blueprints:
+def load_blueprints(
+    path: Path | None,
+    *,
+    known_tools: list[str],
+    known_profiles: Sequence[str] = IMPLICIT_PROFILES,
+) -> Blueprints:
     """Read and validate the agents file; None means no blueprints.
 
     Raises:
@@ -80,10 +88,18 @@ def load_blueprints(path: Path | None, *, known_tools: list[str]) -> Blueprints:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BlueprintError(f"{path}: cannot read the agents file ({exc.strerror})") from None
-    return parse_blueprints(text, source=str(path), known_tools=known_tools)
+    return parse_blueprints(
+        text, source=str(path), known_tools=known_tools, known_profiles=known_profiles
+    )
 
 
-def parse_blueprints(text: str, *, source: str, known_tools: list[str]) -> Blueprints:
+def parse_blueprints(
+    text: str,
+    *,
+    source: str,
+    known_tools: list[str],
+    known_profiles: Sequence[str] = IMPLICIT_PROFILES,
+) -> Blueprints:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -94,7 +110,7 @@ def parse_blueprints(text: str, *, source: str, known_tools: list[str]) -> Bluep
     problems: list[str] = []
     found: dict[str, Blueprint] = {}
     for name, entry in agents.items():
-        blueprint = _blueprint(str(name), entry, known_tools, problems, source)
+        blueprint = _blueprint(str(name), entry, known_tools, known_profiles, problems, source)
         if blueprint is not None:
             found[blueprint.name] = blueprint
     if problems:
@@ -103,7 +119,12 @@ def parse_blueprints(text: str, *, source: str, known_tools: list[str]) -> Bluep
 
 
 def _blueprint(
-    name: str, entry: Any, known_tools: list[str], problems: list[str], source: str
+    name: str,
+    entry: Any,
+    known_tools: list[str],
+    known_profiles: Sequence[str],
+    problems: list[str],
+    source: str,
 ) -> Blueprint | None:
     where = f"{source}: agent {name!r}"
     if not NAME.match(name):
@@ -116,6 +137,13 @@ def _blueprint(
     description = fields.pop("description", None)
     if description is not None and not isinstance(description, str):
         problems.append(f"{where}: description must be text")
+    provider = fields.get("provider", "scripted")
+    bad_provider = isinstance(provider, str) and provider not in known_profiles
+    if bad_provider:
+        problems.append(
+            f"{where}: provider: no model profile named {provider!r}; "
+            f"known: {sorted(known_profiles)}"
+        )
     try:
         spec = AgentSpec.model_validate(fields)
     except ValidationError as exc:
@@ -123,8 +151,23 @@ def _blueprint(
             location = ".".join(str(part) for part in error["loc"]) or "(spec)"
             problems.append(f"{where}: {location}: {error['msg']}")
         return None
-    unknown = sorted((set(spec.tools) | set(spec.approval_required)) - set(known_tools))
+    if bad_provider:
+        return None
+    unknown = sorted(
+        name
+        for name in set(spec.tools) | set(spec.approval_required)
+        if not tool_known(name, known_tools)
+    )
     if unknown:
         problems.append(f"{where}: unknown tools {unknown}; known: {sorted(known_tools)}")
         return None
     return Blueprint(name=name, description=description, spec=spec)
+
+
+def tool_known(name: str, known_tools: Sequence[str]) -> bool:
+    """A known tool name, or an MCP tool of a configured server: `server__tool` and
+    `server__*` are known when `server__*` is (MCP tools are listed only once connected)."""
+    if name in known_tools:
+        return True
+    server, sep, _ = name.partition("__")
+    return bool(sep) and f"{server}__*" in known_tools

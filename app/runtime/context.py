@@ -8,35 +8,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.runtime.calibration import scaled
 from app.runtime.event_payloads import ProjectionReport
 from app.runtime.memory import estimate_tokens
 from app.runtime.projector import cut_points
 
 
 def project(
-    items: list[dict[str, Any]], summary: str | None, budget: int | None
+    items: list[dict[str, Any]], summary: str | None, budget: int | None, ratio: float = 1.0
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(items to send, projection report as its JSON). `budget` None means no limit."""
-    kept, report = projection(items, summary, budget)
+    kept, report = projection(items, summary, budget, ratio)
     return kept, report.to_payload()
 
 
 def projection(
-    items: list[dict[str, Any]], summary: str | None, budget: int | None
+    items: list[dict[str, Any]], summary: str | None, budget: int | None, ratio: float = 1.0
 ) -> tuple[list[dict[str, Any]], ProjectionReport]:
     """(items to send, projection report): the report is the MEMORY_COMPRESS payload a run
-    records when the projection dropped items."""
-    before = estimate_tokens(items, summary)
+    records when the projection dropped items. `ratio` is the calibration of the estimate
+    for the model the prompt is for (calibration.py; 1.0: the heuristic as is)."""
+
+    def estimate(part: list[dict[str, Any]]) -> int:
+        return scaled(estimate_tokens(part, summary), ratio)
+
+    before = estimate(items)
     kept = items
     if budget is not None and before > budget:
         cuts = cut_points(items)
-        fitting = [c for c in cuts if estimate_tokens(items[c:], summary) <= budget]
+        fitting = [c for c in cuts if estimate(items[c:]) <= budget]
         if fitting:
             kept = items[fitting[0] :]
         elif cuts:
             kept = items[cuts[-1] :]  # the newest interaction alone, even if over budget
     # Nothing cut (the common case): the estimate is the one just made, not a second pass.
-    after = before if kept is items else estimate_tokens(kept, summary)
+    after = before if kept is items else estimate(kept)
     report = ProjectionReport(
         budget=budget,
         tokens_before=before,

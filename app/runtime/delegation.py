@@ -91,13 +91,16 @@ class Delegator:
         child); `finish` answers a replay of it.
 
         Raises:
-            SessionNotFound, DelegationTooDeep, InvalidRequest (a bad agent spec).
+            SessionNotFound, DelegationTooDeep, InvalidRequest (a bad agent spec, or a
+            model profile that does not exist or is not configured).
         """
         caller = await self.runtime.get(tenant_id, session_id)
         depth = await self.depth(tenant_id, caller) + 1
         if depth > self.max_depth:
             raise DelegationTooDeep(depth, self.max_depth)
         agent = caller.agent if request.agent is None else _agent(request.agent)
+        # Before the child exists: a profile that cannot serve its run would leave it empty.
+        self.runs.models.check(AgentSpec.model_validate(agent or {}).provider)
         metadata = {**request.metadata, "delegated_from": session_id}
         if call_id is not None:
             metadata["delegated_call_id"] = call_id

@@ -25,6 +25,8 @@ knows about HTTP.
     │   ├── CommandNotAllowed        (not on the allowlist, or on the denylist)
     │   ├── WorkspaceOutsideRoot     (a workspace name that would leave the root)
     │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
+    │   ├── UnknownModelProfile      (the agent names a profile this server does not have)
+    │   ├── ModelProfileNotConfigured (the profile's credential is not set; names the setting)
     │   ├── InvalidCursor            (a malformed stream cursor)
     │   │   └── CursorOutOfRange     (beyond the session's last seq)
     │   ├── JsonTooDeep              (JSON nested deeper than the limit)
@@ -241,6 +243,33 @@ class DelegationTooDeep(InvalidRequest):
             f"delegation refused: the child would be at depth {depth}, the limit is {max_depth}",
             depth=depth,
             max_depth=max_depth,
+        )
+
+
+class UnknownModelProfile(InvalidRequest):
+    """The agent spec's `provider` names no model profile of this server."""
+
+    code = "unknown_model_profile"
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(
+            f"no model profile named {name!r}; known: {', '.join(known)} (GET /v1/models). "
+            "Operators add profiles in ASR_MODELS_FILE or ASR_MODEL_PROFILES",
+            profile=name,
+            known=known,
+        )
+
+
+class ModelProfileNotConfigured(InvalidRequest):
+    """The profile exists but cannot be used yet: `setting` says what to set."""
+
+    code = "model_profile_not_configured"
+
+    def __init__(self, name: str, setting: str) -> None:
+        super().__init__(
+            f"model profile {name!r} is not configured: set {setting}",
+            profile=name,
+            setting=setting,
         )
 
 

@@ -17,7 +17,16 @@ from enum import StrEnum
 from typing import Any
 
 from app.runtime import event_payloads as ev
-from app.runtime.compaction import CompactionPolicy, Summarizer, plan_auto_compaction
+from app.runtime.calibration import key_of, prompt_estimate, ratio_of
+from app.runtime.compaction import (
+    CompactionFailed,
+    CompactionPolicy,
+    ScriptedSummarizer,
+    Summarizer,
+    compact,
+    compacted_memory,
+    plan_auto_compaction,
+)
 from app.runtime.context import projection
 from app.runtime.errors import AgentSessionError
 from app.runtime.events import NewEvent
@@ -30,6 +39,7 @@ from app.runtime.models.base import (
     ToolCallRequest,
     ToolSpec,
 )
+from app.runtime.models.failures import ModelContextTooLong, ProviderError
 from app.runtime.ports import AppendResult
 from app.runtime.state import SessionState
 from app.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry
@@ -45,6 +55,9 @@ class StopReason(StrEnum):
     # A budget other than turns (tool calls, wall time, tokens); the payload names which.
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     INTERRUPTED = "INTERRUPTED"
+    # The provider failed for good (rate limit past the retries, auth, a refusal): the run
+    # fails, and AUTO_STOP's `reason` carries the failure's code.
+    PROVIDER_ERROR = "PROVIDER_ERROR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +78,7 @@ class RunOptions:
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     summarizer: Summarizer | None = None
     context_budget: int | None = None  # max input tokens minus reserved output tokens
+    profile: str | None = None  # the model profile (the key of the token calibration)
 
     def tool_specs(self) -> list[ToolSpec]:
         return [t.spec for t in self.server_tools] + list(self.client_tools)
@@ -118,6 +132,8 @@ class LoopController:
         self.tool_calls = 0
         self.followups = 0
         self.started = time.monotonic()
+        # The request the latest response answered (a context retry sends another one).
+        self._last_request: ModelRequest | None = None
 
     def _progress(self) -> dict[str, Any]:
         return {"turns": self.turns, "usage": dict(self.usage)}
@@ -134,7 +150,7 @@ class LoopController:
             turn_id = f"{self.run_id}.t{self.turns}"
             state = await self._compacted_state(turn_id, unchanged)
             unchanged = None
-            items, report = projection(state.items, state.summary, self.opts.context_budget)
+            items, report = self._project(state)
             request = ModelRequest(
                 model=self.opts.model or "",
                 instructions=self._instructions(state),
@@ -142,8 +158,9 @@ class LoopController:
                 tools=self.opts.tool_specs(),
                 continuation=continuation,
                 continuation_count=self.followups,
-                # Without a summary, the projection's estimate is exactly the items' one.
-                items_tokens=report.tokens_after if state.summary is None else None,
+                # Without a summary (nor calibration), the projection's estimate is exactly
+                # the items' one.
+                items_tokens=report.tokens_after if self._plain(state) else None,
             )
             opening = [
                 ev.StepStart(turn=self.turns).event(run_id=self.run_id, turn_id=turn_id),
@@ -161,7 +178,7 @@ class LoopController:
                 opening.append(report.event(run_id=self.run_id, turn_id=turn_id))
             await self.write(opening, self._progress())
             try:
-                response = await self.model.complete(request, self._delta(turn_id))
+                response = await self._complete(request, turn_id)
             except AgentSessionError as exc:
                 return self._failed(exc, turn_id)
             self._count_usage(response, request)
@@ -183,6 +200,60 @@ class LoopController:
                     ],
                     self._progress(),
                 )
+
+    async def _complete(self, request: ModelRequest, turn_id: str) -> ModelResponse:
+        """The model's answer; a context-length refusal compacts memory and retries once.
+
+        The retry sends the compacted memory, projected again; when compaction cannot
+        remove anything the refusal stands (the same prompt would be refused again).
+        """
+        self._last_request = request
+        try:
+            return await self.model.complete(request, self._delta(turn_id))
+        except ModelContextTooLong:
+            state = await self._compact_for_context(turn_id)
+            if state is None:
+                raise
+        items, report = self._project(state)
+        retry = replace(
+            request,
+            instructions=self._instructions(state),
+            items=items,
+            items_tokens=report.tokens_after if self._plain(state) else None,
+        )
+        self._last_request = retry
+        return await self.model.complete(retry, self._delta(turn_id))
+
+    @property
+    def calibration_key(self) -> str:
+        return key_of(self.opts.profile, self.opts.model)
+
+    def _project(self, state: SessionState) -> tuple[list[dict[str, Any]], ev.ProjectionReport]:
+        """Memory fitted to the budget, estimated with what this model's counts taught."""
+        ratio = ratio_of(state.calibration, self.calibration_key)
+        return projection(state.items, state.summary, self.opts.context_budget, ratio)
+
+    def _plain(self, state: SessionState) -> bool:
+        """The projection's estimate is the plain heuristic of the items alone."""
+        return state.summary is None and self.calibration_key not in state.calibration
+
+    async def _compact_for_context(self, turn_id: str) -> SessionState | None:
+        """Compact memory now (the policy's strategy; truncation if a summary fails), or
+        None when nothing could be removed."""
+        state = await self.load()
+        policy = self.opts.compaction
+        summarizer = self.opts.summarizer or ScriptedSummarizer()
+        try:
+            done = await compact(state, policy, summarizer, trigger="context_length")
+        except CompactionFailed:
+            done = await compact(
+                state, policy, summarizer, strategy="truncate", trigger="context_length"
+            )
+        if done.result["items_removed"] == 0:
+            return None
+        event = compacted_memory(done).event(run_id=self.run_id, turn_id=turn_id)
+        await self.write([event], self._progress())
+        return await self.load()
 
     async def _compacted_state(
         self, turn_id: str, current: SessionState | None = None
@@ -211,6 +282,17 @@ class LoopController:
             self.publish({**frame, "run_id": self.run_id, "turn_id": turn_id})
 
         return on_delta
+
+    def _calibration(self, response: ModelResponse) -> ev.Calibration | None:
+        """What this response teaches the token estimate (only a provider's own count)."""
+        reported = int(response.usage.get("input_tokens") or 0)
+        if not response.usage_reported or reported <= 0 or self._last_request is None:
+            return None
+        return {
+            "key": self.calibration_key,
+            "estimated_tokens": prompt_estimate(self._last_request),
+            "input_tokens": reported,
+        }
 
     def _count_usage(self, response: ModelResponse, request: ModelRequest) -> None:
         usage = response.usage or {}
@@ -260,6 +342,7 @@ class LoopController:
                 tool_calls=[_call_ref(c) for c in response.tool_calls],
                 usage=response.usage,
                 finish_reason=response.finish_reason,
+                calibration=self._calibration(response),
             ).event(run_id=self.run_id, turn_id=turn_id)
         ]
         if items:
@@ -391,17 +474,28 @@ class LoopController:
         return Outcome(status="finished", stop_reason=str(reason), output=output, events=events)
 
     def _failed(self, exc: AgentSessionError, turn_id: str) -> Outcome:
+        """The run fails with `exc`. A provider's failure is also a stop (AUTO_STOP with
+        PROVIDER_ERROR and the failure's code), so clients see why the run stopped the same
+        way as for every other stop; other failures (a bug, the scripted `[fail]`) are not."""
         error = ev.Error(code=exc.code, detail=exc.detail)
+        stop = StopReason.PROVIDER_ERROR if isinstance(exc, ProviderError) else None
         finished = ev.RunFinished(
-            status="failed", stop_reason=None, usage=dict(self.usage), turns=self.turns
+            status="failed",
+            stop_reason=str(stop) if stop else None,
+            usage=dict(self.usage),
+            turns=self.turns,
         )
         ids = {"run_id": self.run_id, "turn_id": turn_id}
-        events = [
-            error.event(**ids),
-            ev.StepEnd(turn=self.turns).event(**ids),
-            finished.event(**ids),
-        ]
-        return Outcome(status="failed", stop_reason=None, error=error.to_payload(), events=events)
+        events = [error.event(**ids), ev.StepEnd(turn=self.turns).event(**ids)]
+        if stop is not None:
+            events.append(ev.AutoStop(stop_reason=str(stop), reason=exc.code).event(**ids))
+        events.append(finished.event(**ids))
+        return Outcome(
+            status="failed",
+            stop_reason=str(stop) if stop else None,
+            error=error.to_payload(),
+            events=events,
+        )
 
 
 def _call_ref(call: ToolCallRequest) -> ev.CallRef:

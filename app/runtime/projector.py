@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from app.runtime.calibration import observe
 from app.runtime.events import Event, EventType
 from app.runtime.state import SessionState
 
@@ -111,6 +112,14 @@ def _add_usage(state: SessionState, payload: dict[str, Any], seq: int) -> None:
         value = usage.get(key)
         if isinstance(value, int):
             state.usage[key] = state.usage.get(key, 0) + value
+    seen = payload.get("calibration")
+    if isinstance(seen, dict) and seen.get("key"):
+        key = str(seen["key"])
+        state.calibration[key] = observe(
+            state.calibration.get(key),
+            int(seen.get("estimated_tokens") or 0),
+            int(seen.get("input_tokens") or 0),
+        )
 
 
 def _process_started(state: SessionState, payload: dict[str, Any], seq: int) -> None:

@@ -41,7 +41,8 @@ from app.runtime.errors import (
 )
 from app.runtime.events import NewEvent
 from app.runtime.loop import LoopController, Outcome, RunOptions, StopReason
-from app.runtime.models.base import ModelClient, ModelError, ToolSpec
+from app.runtime.models.base import ModelClient, ModelError, ModelRequest, OnDelta, ToolSpec
+from app.runtime.models.registry import ModelRegistry
 from app.runtime.observer import Observer
 from app.runtime.ports import (
     AppendResult,
@@ -133,7 +134,7 @@ class RunManager:
         runtime: SessionRuntime,
         store: RunStorePort,
         *,
-        models: dict[str, ModelClient],
+        models: ModelRegistry | dict[str, ModelClient],
         tools: ToolRegistry,
         owner: str | None = None,
         lease_seconds: float = 30.0,
@@ -153,7 +154,10 @@ class RunManager:
         # frame and end, so the server's drain is not held open by them.
         self.shutdown_event = shutdown_event or asyncio.Event()
         self.store = store
-        self.models = models
+        # A plain mapping of clients (tests, embedders) serves each as a profile of its name.
+        self.models = (
+            models if isinstance(models, ModelRegistry) else ModelRegistry.of_clients(models)
+        )
         self.tools = tools
         self.owner = owner or default_owner()
         self.lease = timedelta(seconds=lease_seconds)
@@ -326,8 +330,14 @@ class RunManager:
         return events
 
     def resolve_options(self, agent: dict[str, Any], request: RunRequest) -> RunOptions:
-        """Agent spec defaults, overridden per run by the request's limits."""
+        """Agent spec defaults, overridden per run by the request's limits.
+
+        Raises:
+            UnknownModelProfile, ModelProfileNotConfigured: the spec's profile cannot serve
+                a run now (422, before anything is written).
+        """
         spec = AgentSpec.model_validate(agent or {})
+        profile = self.models.check(spec.provider)
         limits = request.limits
         client_tools = [
             ToolSpec(
@@ -337,17 +347,19 @@ class RunManager:
             )
             for t in request.client_tools
         ]
+        server_tools = [
+            t
+            for t in self.tools.available(spec.tools)
+            if t.name not in {c.name for c in client_tools}
+        ]
         return RunOptions(
-            model=spec.model,
+            model=spec.model or self.models.default_model(spec.provider),
             instructions=spec.instructions,
-            server_tools=[
-                t
-                for t in self.tools.available(spec.tools)
-                if t.name not in {c.name for c in client_tools}
-            ],
+            server_tools=server_tools,
             client_tools=client_tools,
             approval_required=frozenset(spec.approval_required)
-            | frozenset(request.approval_required),
+            | frozenset(request.approval_required)
+            | frozenset(t.name for t in server_tools if t.requires_approval),
             max_total_turns=limits.get("max_total_turns") or spec.max_total_turns,
             max_auto_followups=_first(limits.get("max_auto_followups"), spec.max_auto_followups),
             max_tool_calls=_first(limits.get("max_tool_calls"), spec.max_tool_calls),
@@ -356,18 +368,24 @@ class RunManager:
             on_tool_error=request.on_tool_error or spec.on_tool_error,
             compaction=spec.compaction,
             summarizer=self.summarizer_for(agent),
-            context_budget=budget_of(spec.max_input_tokens, spec.reserved_output_tokens),
+            # The agent's budget, else the profile's context window.
+            context_budget=budget_of(
+                spec.max_input_tokens or profile.config.context_window,
+                spec.reserved_output_tokens,
+            ),
+            profile=spec.provider,
         )
 
     def summarizer_for(self, agent: dict[str, Any]) -> Summarizer:
         spec = AgentSpec.model_validate(agent or {})
-        if spec.provider == "scripted":
+        if self.models.kind(spec.provider) == "scripted":
             return ScriptedSummarizer()
-        return ModelSummarizer(self.models[spec.provider], spec.model)
+        # The client is looked up when a summary is asked for: a truncation needs none.
+        return ModelSummarizer(_ProfileClient(self.models, spec.provider), spec.model)
 
     def model_for(self, agent: dict[str, Any]) -> ModelClient:
         provider = AgentSpec.model_validate(agent or {}).provider
-        return self.models[provider]
+        return self.models.client(provider)
 
     # ----------------------------------------------------------------- executing
 
@@ -397,7 +415,7 @@ class RunManager:
                 model=_Interruptible(
                     self.model_for(agent),
                     live.interrupted,
-                    provider=AgentSpec.model_validate(agent or {}).provider,
+                    provider=self.models.kind(AgentSpec.model_validate(agent or {}).provider),
                     observer=self.runtime.observer,
                 ),
                 tools=_InterruptibleTools(self.tools, live.interrupted),
@@ -739,6 +757,18 @@ class _Interruptible:
             output_tokens=int(usage.get("output_tokens") or 0),
         )
         return response
+
+
+class _ProfileClient:
+    """The client of a profile, looked up at each call (a summarizer made before the
+    profile was configured, or before its key rotated, uses the client of the moment)."""
+
+    def __init__(self, models: ModelRegistry, profile: str) -> None:
+        self.models = models
+        self.profile = profile
+
+    async def complete(self, request: ModelRequest, on_delta: OnDelta) -> Any:
+        return await self.models.client(self.profile).complete(request, on_delta)
 
 
 class _InterruptibleTools(ToolRegistry):

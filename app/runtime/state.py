@@ -44,6 +44,9 @@ class SessionState:
     # Background processes of the session: process_id -> snapshot (command, status, exit
     # code, output size). Folded from PROCESS_STARTED / PROCESS_EXITED; never the output.
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What the providers' token counts taught the estimate: "<profile>/<model>" -> {ratio,
+    # samples, last_estimated_tokens, last_input_tokens} (calibration.py).
+    calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def memory_json(self) -> dict[str, Any]:
         """Memory alone: what "projection equals live memory" compares."""
@@ -65,6 +68,8 @@ class SessionState:
             # Only when there are any: a session that never ran a process keeps exactly the
             # snapshot shape (and content hash) it had before processes existed.
             data["processes"] = self.processes
+        if self.calibration:
+            data["calibration"] = self.calibration  # only once learnt, as for processes
         return data
 
     @classmethod
@@ -81,6 +86,7 @@ class SessionState:
             pending={k: dict(v) for k, v in (data.get("pending") or {}).items()},
             truncated_through=int(data.get("truncated_through", 0)),
             processes={k: dict(v) for k, v in (data.get("processes") or {}).items()},
+            calibration={k: dict(v) for k, v in (data.get("calibration") or {}).items()},
         )
 
     def copy(self) -> SessionState:
@@ -101,6 +107,7 @@ class SessionState:
             pending={k: dict(v) for k, v in self.pending.items()},
             truncated_through=self.truncated_through,
             processes={k: dict(v) for k, v in self.processes.items()},
+            calibration={k: dict(v) for k, v in self.calibration.items()},
         )
 
     def estimated_tokens(self) -> int:

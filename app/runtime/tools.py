@@ -46,6 +46,10 @@ class Tool:
     timeout_seconds: float = 10.0
     # True: the handler is a ContextHandler and receives the calling session's ToolContext.
     needs_context: bool = False
+    # Where it comes from: "builtin", or "mcp:<server>" for an MCP server's tool.
+    source: str = "builtin"
+    # Every call waits for an approval, whatever the agent spec says (an operator's choice).
+    requires_approval: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -184,10 +188,23 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def available(self, allowed: list[str]) -> list[Tool]:
-        """The agent's server tools: those it names, or every built-in when it names none."""
+        """The agent's server tools: those it names, or every built-in when it names none.
+
+        MCP tools are offered only by name: `server__tool`, or `server__*` for all of a
+        server's tools (an operator's server is not every agent's business).
+        """
         if not allowed:
-            return list(self._tools.values())
-        return [self._tools[n] for n in allowed if n in self._tools]
+            return [t for t in self._tools.values() if t.source == "builtin"]
+        chosen: dict[str, Tool] = {}
+        for name in allowed:
+            if name.endswith("__*"):
+                prefix = name[:-1]
+                for tool in self.listing():
+                    if tool.source != "builtin" and tool.name.startswith(prefix):
+                        chosen.setdefault(tool.name, tool)
+            elif name in self._tools:
+                chosen.setdefault(name, self._tools[name])
+        return list(chosen.values())
 
     async def execute(
         self, tool: Tool, raw_arguments: str, context: ToolContext | None = None

@@ -45,6 +45,7 @@ from asr_client.models import (
     EventList,
     EventTypeList,
     MemoryView,
+    ModelProfileList,
     ProcessList,
     ProcessLogs,
     ProcessRead,
@@ -106,6 +107,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", P + "/stop"): ("stop_process",),
     ("GET", "/v1/tools"): ("list_tools",),
     ("GET", "/v1/agents"): ("list_agents",),
+    ("GET", "/v1/models"): ("list_models",),
     ("GET", "/v1/event-types"): ("list_event_types",),
     ("GET", S + "/events/stream"): ("stream_events",),
     ("GET", "/v1/events/stream"): ("stream_tenant_events",),
@@ -387,6 +389,9 @@ async def test_async_client_calls_every_method(
         assert isinstance(tools, ToolList)
         assert {"echo", "delegate", "shell"} <= {t.name for t in tools.data}
         assert "shell" not in {t.name for t in (await on_b.list_tools()).data}
+        models = await asr.list_models()
+        assert isinstance(models, ModelProfileList)
+        assert {"scripted", "openai"} <= {m.name for m in models.data}
         agents = await asr.list_agents()
         assert isinstance(agents, AgentList) and [a.name for a in agents.data] == ["helper"]
         assert agents.data[0].agent.tools == ["echo"]

@@ -168,6 +168,12 @@ async def test_delegate_tool_with_an_invalid_agent_is_a_tool_error(
     result = await run(http, sid, '[tool:delegate {"input": "x", "agent": {"provider": "nope"}}]')
     assert result["stop_reason"] == "BLOCKED_BY_TOOL_ERROR"
     [output] = tool_outputs(await events(http, sid))
+    # `provider` names a model profile (issue #19): an unknown one is refused by name.
+    assert output.startswith("error: unknown_model_profile: no model profile named 'nope'")
+    assert await children(http, sid) == []
+    bad = '[tool:delegate {"input": "x", "agent": {"max_total_turns": 0}}]'
+    assert (await run(http, sid, bad))["stop_reason"] == "BLOCKED_BY_TOOL_ERROR"
+    output = tool_outputs(await events(http, sid))[-1]
     assert output.startswith("error: invalid_request: the child's agent spec is invalid")
     assert await children(http, sid) == []
 

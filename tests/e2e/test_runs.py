@@ -376,7 +376,10 @@ async def test_openai_errors_fail_the_run_without_leaking_the_key(
         ) as http:
             sid = await session(http, agent={"provider": "openai"})
             result = await run(http, sid, input="hi")
-            assert result["status"] == "failed" and result["error"]["code"] == "model_error"
+            # Nothing listens there: an outage, retried per the profile, then a provider stop.
+            assert result["status"] == "failed" and result["error"]["code"] == "model_unavailable"
+            assert result["stop_reason"] == "PROVIDER_ERROR"
+            assert "'openai'" in result["error"]["detail"]
             assert "sk-secret-nope" not in json.dumps(await assert_ledger_sound(http, sid))
     finally:
         stop_server(srv)

@@ -61,14 +61,27 @@ class ModelRequest(Payload):
     continuation: bool
 
 
+class Calibration(TypedDict):
+    """The heuristic estimate of a prompt and what the provider counted for it."""
+
+    key: str  # "<profile>/<model>"
+    estimated_tokens: int
+    input_tokens: int
+
+
 @event_payload(EventType.MODEL_RESPONSE)
 class ModelResponse(Payload):
-    """The model's answer to one turn: text, tool calls and token usage."""
+    """The model's answer to one turn: text, tool calls and token usage.
+
+    `calibration` is present when the provider reported the usage: the state learns the
+    profile's and model's token ratio from it (absent in older ledgers and for estimates).
+    """
 
     text: str
     tool_calls: list[CallRef]
     usage: dict[str, int]
     finish_reason: str
+    calibration: Calibration | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @event_payload(EventType.TOOL_CALL)

@@ -58,6 +58,9 @@ class ModelResponse:
     # The model stopped before it was done (length limit, or continuation-like output).
     needs_continuation: bool = False
     reasoning: str | None = None
+    # True when `usage` is what the provider counted (not our estimate): only such figures
+    # calibrate the token estimate.
+    usage_reported: bool = False
 
 
 class ModelClient(Protocol):

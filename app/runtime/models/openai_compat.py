@@ -1,8 +1,10 @@
 """OpenAI-compatible Chat Completions through the official `openai` SDK.
 
 Streams text and reasoning deltas, assembles tool calls from their streamed fragments, and
-reads provider-reported usage. The API key comes from server settings and never leaves this
-object: it is not in requests we log, events or snapshots.
+reads provider-reported usage. The API key comes from the profile's credential reference and
+never leaves this object: it is not in requests we log, events or snapshots. The SDK does not
+retry (`max_retries=0`): the profile's policy does (`retry.py`), and failures are sorted by
+`failures.classify`, never by the SDK's message (which may echo part of a rejected key).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from app.runtime.models.base import (
     OnDelta,
     ToolCallRequest,
 )
+from app.runtime.models.failures import ProviderError, classify, retry_hint
 
 
 def _content_parts(content: Any) -> Any:
@@ -83,14 +86,45 @@ def to_messages(request: ModelRequest, summary: str | None = None) -> list[dict[
     return messages
 
 
+def provider_error(
+    exc: openai.APIError, *, profile: str, credential_setting: str | None
+) -> ProviderError:
+    """The ProviderError for an SDK exception (a status error, or no answer at all)."""
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body if isinstance(exc.body, dict) else {}
+        error = body.get("error", body) if isinstance(body, dict) else {}
+        text = " ".join(
+            str(error.get(k) or "") for k in ("code", "type", "message") if isinstance(error, dict)
+        )
+        return classify(
+            profile=profile,
+            status=exc.status_code,
+            text=text,
+            retry_after=retry_hint(exc.response.headers),
+            credential_setting=credential_setting,
+        )
+    return classify(profile=profile, status=None)
+
+
 class OpenAICompatibleModel:
     def __init__(
-        self, *, base_url: str | None, api_key: str, default_model: str, timeout: float = 60.0
+        self,
+        *,
+        base_url: str | None,
+        api_key: str,
+        default_model: str,
+        timeout: float = 60.0,
+        profile: str = "openai",
+        credential_setting: str | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=1
+            base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=0
         )
         self._default_model = default_model
+        self._profile = profile
+        self._credential_setting = credential_setting
+        self._max_output_tokens = max_output_tokens
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         kwargs: dict[str, Any] = {
@@ -111,14 +145,14 @@ class OpenAICompatibleModel:
                 }
                 for t in request.tools
             ]
-        if request.max_output_tokens:
-            kwargs["max_tokens"] = request.max_output_tokens
+        if request.max_output_tokens or self._max_output_tokens:
+            kwargs["max_tokens"] = request.max_output_tokens or self._max_output_tokens
         try:
             return await self._stream(kwargs, on_delta)
         except openai.APIError as exc:
-            # The SDK's message never contains our key; the status helps operators.
-            status = getattr(exc, "status_code", None)
-            raise ModelError(f"model endpoint error ({status or type(exc).__name__})") from exc
+            raise provider_error(
+                exc, profile=self._profile, credential_setting=self._credential_setting
+            ) from None
 
     async def _stream(self, kwargs: dict[str, Any], on_delta: OnDelta) -> ModelResponse:
         text: list[str] = []
@@ -129,11 +163,7 @@ class OpenAICompatibleModel:
         stream = await self._client.chat.completions.create(**kwargs)
         async for chunk in stream:
             if chunk.usage is not None:
-                usage = {
-                    "input_tokens": chunk.usage.prompt_tokens or 0,
-                    "output_tokens": chunk.usage.completion_tokens or 0,
-                    "total_tokens": chunk.usage.total_tokens or 0,
-                }
+                usage = _usage(chunk.usage)
             for choice in chunk.choices:
                 delta = choice.delta
                 if delta.content:
@@ -171,4 +201,19 @@ class OpenAICompatibleModel:
             finish_reason=finish,
             needs_continuation=finish == "length" and not tool_calls,
             reasoning="".join(reasoning) or None,
+            usage_reported=bool(usage),
         )
+
+
+def _usage(reported: Any) -> dict[str, int]:
+    """Chat Completions usage in our names; cached prompt tokens when the endpoint says."""
+    usage = {
+        "input_tokens": reported.prompt_tokens or 0,
+        "output_tokens": reported.completion_tokens or 0,
+        "total_tokens": reported.total_tokens or 0,
+    }
+    details = getattr(reported, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    if cached:
+        usage["cache_read_input_tokens"] = int(cached)
+    return usage

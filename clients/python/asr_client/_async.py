@@ -48,6 +48,7 @@ from .models import (
     EventList,
     EventTypeList,
     MemoryView,
+    ModelProfileList,
     ProcessList,
     ProcessLogs,
     ProcessRead,
@@ -513,6 +514,10 @@ class AsyncSessionClient:
 
     async def list_tools(self) -> ToolList:
         return await self._send(Call("GET", "/v1/tools", ToolList))
+
+    async def list_models(self) -> ModelProfileList:
+        """The model profiles an agent's `provider` can name (never their keys)."""
+        return await self._send(Call("GET", "/v1/models", ModelProfileList))
 
     async def list_agents(self) -> AgentList:
         return await self._send(Call("GET", "/v1/agents", AgentList))

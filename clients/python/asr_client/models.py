@@ -251,10 +251,49 @@ class ToolRead(Model):
     name: str
     description: str
     parameters: dict[str, Any]
+    source: str = "builtin"  # or mcp:<server>
+    requires_approval: bool = False
+
+
+class McpServerRead(Model):
+    name: str
+    transport: str
+    discovered: bool
+    tools: list[str]
+    connected: bool
+    last_error: str | None = None
 
 
 class ToolList(Model):
     data: list[ToolRead]
+    mcp_servers: list[McpServerRead] = Field(default_factory=list)
+
+
+class RetryRead(Model):
+    max_attempts: int
+    initial_backoff_seconds: float
+    max_backoff_seconds: float
+
+
+class ModelProfileRead(Model):
+    """A model profile as configured: where its key comes from, never the key."""
+
+    name: str
+    kind: str
+    base_url: str | None = None
+    default_model: str | None = None
+    credential: str | None = None  # env:NAME or file:PATH
+    configured: bool
+    missing: str | None = None  # the setting to fix when not configured
+    timeout_seconds: float
+    retry: RetryRead
+    max_output_tokens: int | None = None
+    context_window: int | None = None
+    thinking_budget_tokens: int | None = None
+
+
+class ModelProfileList(Model):
+    data: list[ModelProfileRead]
 
 
 class AgentSpec(Model):
