@@ -241,6 +241,14 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                 "report": {"budget": 1000, "estimated_tokens": 9, "dropped": 0},
                 "items": MEMORY["items"],
                 "summary": None,
+                "estimate": {
+                    "tokens": 9,
+                    "heuristic_tokens": 9,
+                    "basis": "heuristic",
+                    "calibration_key": "scripted/scripted",
+                    "ratio": 1.0,
+                    "samples": 0,
+                },
             }
         }
     },
@@ -331,6 +339,35 @@ OPERATIONS: dict[str, dict[str, Any]] = {
                             "properties": {"text": {"type": "string"}},
                             "required": ["text"],
                         },
+                        "source": "builtin",
+                        "requires_approval": False,
+                    }
+                ],
+                "mcp_servers": [],
+            }
+        }
+    },
+    "list_models": {
+        "responses": {
+            200: {
+                "data": [
+                    {
+                        "name": "claude",
+                        "kind": "anthropic",
+                        "base_url": None,
+                        "default_model": "claude-sonnet-4-5",
+                        "credential": "env:ANTHROPIC_API_KEY",
+                        "configured": True,
+                        "missing": None,
+                        "timeout_seconds": 60.0,
+                        "retry": {
+                            "max_attempts": 3,
+                            "initial_backoff_seconds": 0.5,
+                            "max_backoff_seconds": 20.0,
+                        },
+                        "max_output_tokens": 4096,
+                        "context_window": None,
+                        "thinking_budget_tokens": None,
                     }
                 ]
             }

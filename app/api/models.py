@@ -23,4 +23,9 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
     responses=problem_responses(401),
 )
 async def list_models(tenant: TenantDep, models: ModelsDep) -> dict:
+    """The model profiles this server has: their kind, endpoint, default model, timeouts,
+    retry policy and limits, and where each one's key is read from (`env:NAME`,
+    `file:PATH`) — never the key. `configured: false` with `missing` names the setting that
+    would make a profile usable; a session or run naming such a profile is refused with 422.
+    """
     return {"data": models.listing()}

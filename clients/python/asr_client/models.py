@@ -106,6 +106,7 @@ class StateRead(Model):
     last_compact: dict[str, Any] | None
     breaker: dict[str, Any]
     processes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    calibration: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class SaveRead(Model):
@@ -147,12 +148,24 @@ class CompactRead(Model):
     items: int
 
 
+class EstimateRead(Model):
+    """The token estimate of memory, and what it rests on."""
+
+    tokens: int
+    heuristic_tokens: int
+    basis: str  # calibrated or heuristic
+    calibration_key: str
+    ratio: float
+    samples: int
+
+
 class ContextRead(Model):
     session_id: str
     seq: int
     report: dict[str, Any]
     items: list[dict[str, Any]]
     summary: str | None
+    estimate: EstimateRead
 
 
 class PendingCall(Model):
@@ -251,8 +264,8 @@ class ToolRead(Model):
     name: str
     description: str
     parameters: dict[str, Any]
-    source: str = "builtin"  # or mcp:<server>
-    requires_approval: bool = False
+    source: str  # builtin, or mcp:<server>
+    requires_approval: bool
 
 
 class McpServerRead(Model):
@@ -261,7 +274,7 @@ class McpServerRead(Model):
     discovered: bool
     tools: list[str]
     connected: bool
-    last_error: str | None = None
+    last_error: str | None
 
 
 class ToolList(Model):
@@ -280,16 +293,16 @@ class ModelProfileRead(Model):
 
     name: str
     kind: str
-    base_url: str | None = None
-    default_model: str | None = None
-    credential: str | None = None  # env:NAME or file:PATH
+    base_url: str | None
+    default_model: str | None
+    credential: str | None  # env:NAME or file:PATH
     configured: bool
-    missing: str | None = None  # the setting to fix when not configured
+    missing: str | None  # the setting to fix when not configured
     timeout_seconds: float
     retry: RetryRead
-    max_output_tokens: int | None = None
-    context_window: int | None = None
-    thinking_budget_tokens: int | None = None
+    max_output_tokens: int | None
+    context_window: int | None
+    thinking_budget_tokens: int | None
 
 
 class ModelProfileList(Model):

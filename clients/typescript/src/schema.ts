@@ -579,9 +579,9 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Server tools available to agents (shell only with processes enabled)
-         * @description The server tools agents may call, with their JSON Schema parameters. `shell` appears
-         *     only when processes are enabled.
+         * Built-in and MCP tools available to agents (shell only with processes enabled)
+         * @description The tools agents may call (built-in, `shell` only when processes are enabled, and
+         *     every MCP server's), with their JSON Schema parameters and where each comes from.
          */
         get: operations["listTools"];
         put?: never;
@@ -703,6 +703,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Model profiles an agent's `provider` can name (no secrets)
+         * @description The model profiles this server has: their kind, endpoint, default model, timeouts,
+         *     retry policy and limits, and where each one's key is read from (`env:NAME`,
+         *     `file:PATH`) — never the key. `configured: false` with `missing` names the setting that
+         *     would make a profile usable; a session or run naming such a profile is refused with 422.
+         */
+        get: operations["listModels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/event-types": {
         parameters: {
             query?: never;
@@ -807,21 +830,20 @@ export interface components {
         AgentSpec: {
             /**
              * Provider
-             * @description Model client: offline scripted, or OpenAI-compatible.
+             * @description The model profile (GET /v1/models): scripted, openai, or an operator's.
              * @default scripted
-             * @enum {string}
              */
-            provider?: "scripted" | "openai";
+            provider?: string;
             /**
              * Model
-             * @description Model name; default from server settings.
+             * @description Model name; default: the profile's.
              */
             model?: string | null;
             /** Instructions */
             instructions?: string | null;
             /**
              * Tools
-             * @description Server tools the agent may call; empty means every built-in.
+             * @description Server tools the agent may call; empty means every built-in. MCP tools (server__tool, or server__* for all of a server's) only when named.
              */
             tools?: string[];
             /**
@@ -1189,6 +1211,20 @@ export interface components {
             [key: string]: unknown;
         };
         /**
+         * Calibration
+         * @description The heuristic estimate of a prompt and what the provider counted for it.
+         */
+        Calibration: {
+            /** Key */
+            key: string;
+            /** Estimated Tokens */
+            estimated_tokens: number;
+            /** Input Tokens */
+            input_tokens: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * CallRef
          * @description A tool call as the model made it.
          */
@@ -1356,6 +1392,7 @@ export interface components {
             }[];
             /** Summary */
             summary: string | null;
+            estimate: components["schemas"]["EstimateRead"];
         };
         /** ContinueRead */
         ContinueRead: {
@@ -1462,6 +1499,42 @@ export interface components {
             payload: components["schemas"]["Error"];
         } & {
             [key: string]: unknown;
+        };
+        /**
+         * EstimateRead
+         * @description The token estimate of memory, and what it rests on.
+         */
+        EstimateRead: {
+            /**
+             * Tokens
+             * @description The estimate the projector uses.
+             */
+            tokens: number;
+            /**
+             * Heuristic Tokens
+             * @description Four characters a token, plus framing.
+             */
+            heuristic_tokens: number;
+            /**
+             * Basis
+             * @description calibrated (learnt from provider counts) or heuristic.
+             */
+            basis: string;
+            /**
+             * Calibration Key
+             * @description <profile>/<model> the ratio belongs to.
+             */
+            calibration_key: string;
+            /**
+             * Ratio
+             * @description Provider tokens per heuristic token (1.0: none learnt).
+             */
+            ratio: number;
+            /**
+             * Samples
+             * @description Provider counts the ratio was learnt from.
+             */
+            samples: number;
         };
         /** EventList */
         EventList: {
@@ -1688,6 +1761,30 @@ export interface components {
              * @description Append only if the session's last seq is this (else 409).
              */
             expected_seq?: number | null;
+        };
+        /** McpServerRead */
+        McpServerRead: {
+            /** Name */
+            name: string;
+            /**
+             * Transport
+             * @description stdio or streamable_http.
+             */
+            transport: string;
+            /**
+             * Discovered
+             * @description Its tools are known (it answered at least once).
+             */
+            discovered: boolean;
+            /** Tools */
+            tools: string[];
+            /** Connected */
+            connected: boolean;
+            /**
+             * Last Error
+             * @description What failed last (no server output).
+             */
+            last_error: string | null;
         };
         /**
          * MemoryCompacted
@@ -1931,6 +2028,49 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** ModelProfileList */
+        ModelProfileList: {
+            /** Data */
+            data: components["schemas"]["ModelProfileRead"][];
+        };
+        /**
+         * ModelProfileRead
+         * @description A model profile as configured: where its key comes from, never the key.
+         */
+        ModelProfileRead: {
+            /** Name */
+            name: string;
+            /**
+             * Kind
+             * @description openai, anthropic, gemini or scripted.
+             */
+            kind: string;
+            /** Base Url */
+            base_url: string | null;
+            /** Default Model */
+            default_model: string | null;
+            /**
+             * Credential
+             * @description Where the key is read from: env:NAME or file:PATH (never the key).
+             */
+            credential: string | null;
+            /** Configured */
+            configured: boolean;
+            /**
+             * Missing
+             * @description The setting to fix when not configured.
+             */
+            missing: string | null;
+            /** Timeout Seconds */
+            timeout_seconds: number;
+            retry: components["schemas"]["RetryRead"];
+            /** Max Output Tokens */
+            max_output_tokens: number | null;
+            /** Context Window */
+            context_window: number | null;
+            /** Thinking Budget Tokens */
+            thinking_budget_tokens: number | null;
+        };
         /**
          * ModelRequest
          * @description What one turn sent to the model: counts and names, not the prompt itself.
@@ -2002,6 +2142,9 @@ export interface components {
         /**
          * ModelResponse
          * @description The model's answer to one turn: text, tool calls and token usage.
+         *
+         *     `calibration` is present when the provider reported the usage: the state learns the
+         *     profile's and model's token ratio from it (absent in older ledgers and for estimates).
          */
         ModelResponse: {
             /** Text */
@@ -2014,6 +2157,7 @@ export interface components {
             };
             /** Finish Reason */
             finish_reason: string;
+            calibration?: components["schemas"]["Calibration"] | null;
         } & {
             [key: string]: unknown;
         };
@@ -2453,6 +2597,15 @@ export interface components {
             binding?: {
                 [key: string]: unknown;
             } | null;
+        };
+        /** RetryRead */
+        RetryRead: {
+            /** Max Attempts */
+            max_attempts: number;
+            /** Initial Backoff Seconds */
+            initial_backoff_seconds: number;
+            /** Max Backoff Seconds */
+            max_backoff_seconds: number;
         };
         /** RunCreate */
         RunCreate: {
@@ -3203,6 +3356,15 @@ export interface components {
                     [key: string]: unknown;
                 };
             };
+            /**
+             * Calibration
+             * @description Token-estimate calibration by <profile>/<model> (present once learnt).
+             */
+            calibration?: {
+                [key: string]: {
+                    [key: string]: unknown;
+                };
+            };
         };
         /** StdinRead */
         StdinRead: {
@@ -3454,6 +3616,8 @@ export interface components {
         ToolList: {
             /** Data */
             data: components["schemas"]["ToolRead"][];
+            /** Mcp Servers */
+            mcp_servers?: components["schemas"]["McpServerRead"][];
         };
         /** ToolOutput */
         ToolOutput: {
@@ -3555,6 +3719,16 @@ export interface components {
             parameters: {
                 [key: string]: unknown;
             };
+            /**
+             * Source
+             * @description builtin, or mcp:<server> for an MCP server's tool.
+             */
+            source: string;
+            /**
+             * Requires Approval
+             * @description Every call waits for an approval.
+             */
+            requires_approval: boolean;
         };
         /**
          * ToolResult
@@ -6454,7 +6628,15 @@ export interface operations {
                      *           "content": "hello"
                      *         }
                      *       ],
-                     *       "summary": null
+                     *       "summary": null,
+                     *       "estimate": {
+                     *         "tokens": 9,
+                     *         "heuristic_tokens": 9,
+                     *         "basis": "heuristic",
+                     *         "calibration_key": "scripted/scripted",
+                     *         "ratio": 1,
+                     *         "samples": 0
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["ContextRead"];
@@ -9350,9 +9532,12 @@ export interface operations {
                      *             "required": [
                      *               "text"
                      *             ]
-                     *           }
+                     *           },
+                     *           "source": "builtin",
+                     *           "requires_approval": false
                      *         }
-                     *       ]
+                     *       ],
+                     *       "mcp_servers": []
                      *     }
                      */
                     "application/json": components["schemas"]["ToolList"];
@@ -10246,6 +10431,145 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/agents",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listModels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "name": "claude",
+                     *           "kind": "anthropic",
+                     *           "base_url": null,
+                     *           "default_model": "claude-sonnet-4-5",
+                     *           "credential": "env:ANTHROPIC_API_KEY",
+                     *           "configured": true,
+                     *           "missing": null,
+                     *           "timeout_seconds": 60,
+                     *           "retry": {
+                     *             "max_attempts": 3,
+                     *             "initial_backoff_seconds": 0.5,
+                     *             "max_backoff_seconds": 20
+                     *           },
+                     *           "max_output_tokens": 4096,
+                     *           "context_window": null,
+                     *           "thinking_budget_tokens": null
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ModelProfileList"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/models",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/models",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/models",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/models",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/models",
                      *       "code": "database_unavailable"
                      *     }
                      */
