@@ -47,6 +47,7 @@ from app.store.engine import behind_pgbouncer
 from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.notify import Notifier
 from app.store.postgres.calls import EventArrays, Functions, Refused, refusal
+from app.store.postgres.cross_tenant import PostgresCrossTenant
 from app.store.postgres.group_commit import AppendGroups
 from app.store.runs import json_text, run_from_mapping
 from app.store.store import AgentSessionStore
@@ -67,7 +68,7 @@ _SESSION_COLUMNS = "o_session, o_xact_id, o_positions"
 _PATCH_TRIES = 8
 
 
-class PostgresStore(AgentSessionStore):
+class PostgresStore(PostgresCrossTenant, AgentSessionStore):
     dialect: ClassVar[str] = "postgresql"
 
     def __init__(

@@ -50,6 +50,7 @@ from app.runtime.ports import (
 from app.store.base import event_from_row, note_appended, session_from_row, utcnow
 from app.store.idempotency import committed_result
 from app.store.runs import LIVE, run_from_row
+from app.store.sqlite.cross_tenant import SqliteCrossTenant
 from app.store.store import AgentSessionStore
 from app.store.tables import (
     counters,
@@ -107,7 +108,7 @@ def _reserve_for_run(finishing: bool) -> Any:
     )
 
 
-class SqliteStore(AgentSessionStore):
+class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     dialect: ClassVar[str] = "sqlite"
 
     def __init__(self, engine: AsyncEngine, **options: Any) -> None:
