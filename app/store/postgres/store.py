@@ -10,7 +10,8 @@ share one call and one commit. Wake-ups go out after the commit (`app.store.noti
 Reads are the shared SQL of `LedgerStore`, except two that this database does in its own
 way: the event read goes through the bare driver inside the read transaction, and the
 tenant-wide timeline reads in (transaction id, position) order below the oldest running
-transaction, so that a cursor never steps over an event that commits late.
+transaction, so that a cursor never steps over an event that commits late. The work that
+spans tenants is `PostgresCrossTenant`'s (`cross_tenant.py`): SECURITY DEFINER functions.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from the one-row `counters` table and the tenant timeline needs no transaction i
 
 Every write that inserts events keeps the ledger's rule: the UPDATE of the session row
 that bumps `last_seq` reserves the seqs, and the events are inserted in the same
-transaction; an Idempotency-Key is sealed in it too (`seal`).
+transaction; an Idempotency-Key is sealed in it too (`seal`). The statements that span
+tenants are `SqliteCrossTenant`'s (`cross_tenant.py`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,13 @@ an owner role (migrations) and an app role (the service) that owns nothing, is n
 and cannot bypass RLS; `asr migrate` runs as the owner. Then, connected as the app role:
 a raw query with no tenant sees nothing, one scoped to tenant A sees only A's rows, a pooled
 connection carries no tenant from one transaction into the next, and the whole service
-(runs, streams, forks, the sweeper) works. SQLite has no RLS (the embedded default is
+(runs, streams, forks, the sweeper) works.
+
+Issue #17, defect 9: the policies admitted every tenant when `app.tenant_id` was `*`, and
+the app role could set that itself. Now whatever it sets it sees one tenant at most, it
+cannot become the owner, and the work that spans tenants (auth by key, the sweeper,
+expired-key cleanup, retention, the admin CLI) still works through it, by the owner's
+narrow SECURITY DEFINER functions. SQLite has no RLS (the embedded default is
 single-tenant); the application's own tenant filters are tested on both backends (R16).
 """
 
