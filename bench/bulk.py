@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
-from app.store.base import ALL_TENANTS
+from app.store.base import NO_TENANT
 from app.store.store import AgentSessionStore
 from bench.common import EVENT_TYPE, payload
 
@@ -151,5 +151,5 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
                 base = await store._reserve_positions(conn, n) - n
                 await conn.execute(_SQLITE_SCALE_SESSIONS, {**params, "now": now})
                 await conn.execute(_SQLITE_SCALE_EVENTS, {**params, "base": base, "now": now})
-    async with store.write(ALL_TENANTS) as conn:
+    async with store.write(NO_TENANT) as conn:
         await conn.execute(text("ANALYZE"))

@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.runtime.retention import RetentionPolicy, apply_retention
-from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from app.store.tables import session_snapshots, sessions
 from tests.conftest import TenantKey
@@ -139,7 +138,7 @@ async def test_sessions_list_show_events_tail_and_tenant_list(
 
 
 async def _backdate(store: AgentSessionStore, tenant_id: str, sid: str, **values: Any) -> None:
-    async with store.write(ALL_TENANTS) as conn:
+    async with store.write(tenant_id) as conn:
         await conn.execute(
             update(sessions)
             .where(sessions.c.tenant_id == tenant_id, sessions.c.session_id == sid)
@@ -149,7 +148,7 @@ async def _backdate(store: AgentSessionStore, tenant_id: str, sid: str, **values
 
 async def _snapshot_seqs(store: AgentSessionStore, tenant_id: str, sid: str) -> list[int]:
     snap = session_snapshots.c
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant_id) as conn:
         rows = await conn.execute(
             select(snap.seq)
             .where(snap.tenant_id == tenant_id, snap.session_id == sid)
@@ -191,7 +190,7 @@ async def test_retention_erases_idle_sessions_and_prunes_snapshots(
     assert await store.list_events(tenant.tenant_id, live) == events_before
     loaded, folded = await app.state.runtime.projection(tenant.tenant_id, live)
     assert folded.memory_json() == loaded.state.memory_json()
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant.tenant_id) as conn:
         remaining = await conn.execute(
             select(func.count()).where(
                 sessions.c.tenant_id == tenant.tenant_id, sessions.c.session_id.in_(ids)

@@ -1,71 +1,43 @@
-"""Tenants and API keys. Keys are stored as prefix + SHA-256 of the secret, never raw."""
+"""Tenants and API keys. Keys are stored as prefix + SHA-256 of the secret, never raw.
+
+Lookups that span tenants (a key by its prefix, a tenant by its name, the listing) are
+`CrossTenantStore`'s; everything written here runs in the one tenant's transaction.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
-from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from app.runtime.errors import TenantAlreadyExists
 from app.runtime.ports import ApiKeyRecord, TenantRecord
-from app.store.base import ALL_TENANTS, StoreBase, as_utc, utcnow
+from app.store.base import utcnow
+from app.store.cross_tenant import CrossTenantStore, key_from_row, tenant_from_row
 from app.store.tables import api_keys, tenants
 
 
-def _tenant(row: Any) -> TenantRecord:
-    m = row._mapping
-    return TenantRecord(
-        tenant_id=m["tenant_id"], name=m["name"], created_at=as_utc(m["created_at"])
-    )
-
-
-def _key(row: Any) -> ApiKeyRecord:
-    m = row._mapping
-    revoked = m["revoked_at"]
-    return ApiKeyRecord(
-        key_id=m["key_id"],
-        tenant_id=m["tenant_id"],
-        prefix=m["prefix"],
-        secret_hash=m["secret_hash"],
-        name=m["name"],
-        created_at=as_utc(m["created_at"]),
-        revoked_at=as_utc(revoked) if revoked is not None else None,
-    )
-
-
-class AccountStore(StoreBase):
+class AccountStore(CrossTenantStore):
     """Tenants and their API keys (administrative; used by the CLI and auth)."""
 
     async def create_tenant(self, name: str) -> TenantRecord:
-        """Raises TenantAlreadyExists when the name is taken."""
+        """Raises TenantAlreadyExists when the name is taken.
+
+        The transaction is the new tenant's own: a name taken by another tenant is found by
+        the unique index, which sees every row whatever the row-level policies admit.
+        """
+        tenant_id = uuid.uuid4().hex
         stmt = (
             self.insert(tenants)
-            .values(tenant_id=uuid.uuid4().hex, name=name, limits={}, created_at=utcnow())
+            .values(tenant_id=tenant_id, name=name, limits={}, created_at=utcnow())
             .on_conflict_do_nothing(index_elements=["name"])
             .returning(*tenants.c)
         )
-        async with self.write(ALL_TENANTS) as conn:
+        async with self.write(tenant_id) as conn:
             row = (await conn.execute(stmt)).first()
         if row is None:
             raise TenantAlreadyExists(f"tenant {name!r} already exists")
-        return _tenant(row)
-
-    async def get_tenant_by_name(self, name: str) -> TenantRecord | None:
-        async with self.read(ALL_TENANTS) as conn:
-            row = (await conn.execute(select(tenants).where(tenants.c.name == name))).first()
-        return _tenant(row) if row is not None else None
-
-    async def list_tenants(self) -> list[TenantRecord]:
-        """Every tenant, by name (operators' listing)."""
-        async with self.read(ALL_TENANTS) as conn:
-            rows = (await conn.execute(select(tenants).order_by(tenants.c.name))).all()
-        return [_tenant(r) for r in rows]
-
-    async def count_tenants(self) -> int:
-        async with self.read(ALL_TENANTS) as conn:
-            return int((await conn.execute(select(func.count()).select_from(tenants))).scalar_one())
+        return tenant_from_row(row)
 
     async def create_api_key(
         self, tenant_id: str, *, prefix: str, secret_hash: str, name: str
@@ -84,24 +56,7 @@ class AccountStore(StoreBase):
             .returning(*api_keys.c)
         )
         async with self.write(tenant_id) as conn:
-            return _key((await conn.execute(stmt)).one())
-
-    async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
-        """The key with this public prefix, revoked or not."""
-        async with self.read(ALL_TENANTS) as conn:
-            row = (await conn.execute(select(api_keys).where(api_keys.c.prefix == prefix))).first()
-        return _key(row) if row is not None else None
-
-    async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]:
-        """Those of `prefixes` whose key exists and is not revoked (one query for all of them:
-        open streams re-check their keys with it, every few seconds)."""
-        if not prefixes:
-            return set()
-        query = select(api_keys.c.prefix).where(
-            api_keys.c.prefix.in_(sorted(prefixes)), api_keys.c.revoked_at.is_(None)
-        )
-        async with self.read(ALL_TENANTS) as conn:
-            return {row[0] for row in (await conn.execute(query)).all()}
+            return key_from_row((await conn.execute(stmt)).one())
 
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
         async with self.read(tenant_id) as conn:
@@ -112,14 +67,26 @@ class AccountStore(StoreBase):
                     .order_by(api_keys.c.created_at)
                 )
             ).all()
-        return [_key(r) for r in rows]
+        return [key_from_row(r) for r in rows]
 
     async def revoke_api_key(self, prefix: str) -> bool:
-        """Mark the key revoked; False when no live key has this prefix."""
-        async with self.write(ALL_TENANTS) as conn:
+        """Mark the key revoked; False when no live key has this prefix.
+
+        Only the lookup spans tenants (`get_api_key`); the revocation is written in the
+        key's own tenant's transaction. A key never changes tenant, so the two cannot
+        disagree, and a revocation racing this one leaves `revoked_at IS NULL` false here.
+        """
+        key = await self.get_api_key(prefix)
+        if key is None or key.revoked_at is not None:
+            return False
+        async with self.write(key.tenant_id) as conn:
             result = await conn.execute(
                 update(api_keys)
-                .where(api_keys.c.prefix == prefix, api_keys.c.revoked_at.is_(None))
+                .where(
+                    api_keys.c.tenant_id == key.tenant_id,
+                    api_keys.c.prefix == prefix,
+                    api_keys.c.revoked_at.is_(None),
+                )
                 .values(revoked_at=utcnow())
             )
         return result.rowcount > 0

@@ -19,10 +19,11 @@ from app.store.engine import WRITE_OPTION
 from app.store.notify import Announcer, Notifier, Wakeup
 from app.tracing import span
 
-# The tenant of a transaction that may touch every tenant's rows: auth by key prefix, the
-# run sweeper, the operator CLI. PostgreSQL's row-level policies (migration 0004) let such a
-# transaction through only because it says so; a transaction that says nothing sees nothing.
-ALL_TENANTS = "*"
+# The tenant of a transaction that names none. On PostgreSQL the row-level policies admit
+# no tenant's rows to it; it is for what belongs to no tenant (a round trip to the server,
+# the schema's revision) and for SQLite's cross-tenant statements (`app.store.sqlite`).
+# There is no value that admits every tenant: see `app.store.cross_tenant`.
+NO_TENANT = None
 
 
 def utcnow() -> datetime:
@@ -56,12 +57,13 @@ class StoreBase(ABC):
         self._write_lock: asyncio.Lock | None = None
 
     @asynccontextmanager
-    async def write(self, tenant_id: str) -> AsyncIterator[AsyncConnection]:
+    async def write(self, tenant_id: str | None) -> AsyncIterator[AsyncConnection]:
         """One write transaction for `tenant_id`: committed on exit, rolled back on error.
 
         On PostgreSQL the transaction is scoped to the tenant (`app.tenant_id`), so the
         row-level policies hide, and refuse to write, any other tenant's rows even if a
-        query forgets its `tenant_id` filter; ALL_TENANTS lifts the wall for system work.
+        query forgets its `tenant_id` filter. `NO_TENANT` names none, and no value names
+        them all: work that spans tenants goes through `CrossTenantStore`'s few methods.
 
         The sessions whose events it inserted (`touch`) are announced after the commit:
         this process's listeners at once, other replicas by a NOTIFY the `Notifier` sends
@@ -79,7 +81,8 @@ class StoreBase(ABC):
                 self.announcer.begin(conn)
                 try:
                     async with conn.begin(), _collecting(conn, appended):
-                        await self._scope(conn, tenant_id)
+                        if tenant_id is not NO_TENANT:
+                            await self._scope(conn, tenant_id)
                         yield conn
                         wakeups = self.announcer.take(conn)
                 finally:
@@ -106,11 +109,12 @@ class StoreBase(ABC):
         self.announcer.touch(conn, tenant_id, session_id, last_seq)
 
     @asynccontextmanager
-    async def read(self, tenant_id: str) -> AsyncIterator[AsyncConnection]:
+    async def read(self, tenant_id: str | None) -> AsyncIterator[AsyncConnection]:
         """One read transaction for `tenant_id` (scoped as in `write`); a consistent
         snapshot on PostgreSQL and in SQLite WAL."""
         async with self.engine.connect() as conn, conn.begin():
-            await self._scope(conn, tenant_id)
+            if tenant_id is not NO_TENANT:
+                await self._scope(conn, tenant_id)
             yield conn
 
     @abstractmethod

@@ -17,11 +17,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.ports import AppendResult, IdempotencyRecord, IdempotencyToken
-from app.store.base import ALL_TENANTS, StoreBase, utcnow
+from app.store.base import StoreBase, utcnow
 from app.store.tables import idempotency_keys
 
 
@@ -125,10 +125,3 @@ class IdempotencyStore(StoreBase):
         )
         async with self.write(tenant_id) as conn:
             await conn.execute(stmt)
-
-    async def delete_expired_idempotency_keys(self) -> int:
-        t = idempotency_keys.c
-        async with self.write(ALL_TENANTS) as conn:
-            result = await conn.execute(delete(idempotency_keys).where(t.expires_at <= utcnow()))
-        return result.rowcount
-

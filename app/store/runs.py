@@ -19,10 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import SessionNotFound, too_many_runs
 from app.runtime.ports import AppendResult, IdempotencyToken, RunRecord
-from app.store.base import ALL_TENANTS, as_utc, utcnow
+from app.store.base import as_utc, utcnow
 from app.store.idempotency import committed_result
 from app.store.ledger import LedgerStore
-from app.store.tables import runs, sessions
+from app.store.tables import runs
 
 LIVE = ("queued", "running")
 
@@ -242,32 +242,3 @@ class RunStore(LedgerStore):
                 )
             ).all()
         return [run_from_row(r) for r in rows]
-
-    async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]:
-        """Live runs whose lease expired, and interrupted runs still holding their session.
-
-        The sweeper of every replica reads this (across tenants: it is the system's own
-        housekeeping, never a request).
-        """
-        now = utcnow()
-        async with self.read(ALL_TENANTS) as conn:
-            expired = (
-                await conn.execute(
-                    select(runs)
-                    .where(runs.c.status.in_(LIVE), runs.c.lease_expires_at < now)
-                    .limit(limit)
-                )
-            ).all()
-            dangling = (
-                await conn.execute(
-                    select(runs)
-                    .join(
-                        sessions,
-                        (sessions.c.tenant_id == runs.c.tenant_id)
-                        & (sessions.c.active_run_id == runs.c.run_id),
-                    )
-                    .where(runs.c.status.not_in(LIVE))
-                    .limit(limit)
-                )
-            ).all()
-        return [run_from_row(r) for r in (*expired, *dangling)]

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.redaction import Redactor
 from app.store.accounts import AccountStore
-from app.store.base import ALL_TENANTS
+from app.store.base import NO_TENANT
 from app.store.maintenance import MaintenanceStore
 from app.store.notify import Notifier
 from app.store.runs import RunStore
@@ -47,7 +47,7 @@ class AgentSessionStore(RunStore, AccountStore, MaintenanceStore):
 
     async def ping(self) -> None:
         """Round trip to the database (readiness)."""
-        async with self.read(ALL_TENANTS) as conn:
+        async with self.read(NO_TENANT) as conn:
             await conn.execute(text("SELECT 1"))
 
     async def get_schema_revision(self) -> str | None:
@@ -56,7 +56,7 @@ class AgentSessionStore(RunStore, AccountStore, MaintenanceStore):
         Raises whatever the driver raises when the database is unreachable (readiness turns
         that into a reason).
         """
-        async with self.read(ALL_TENANTS) as conn:
+        async with self.read(NO_TENANT) as conn:
             try:
                 async with conn.begin_nested():
                     result = await conn.execute(text("SELECT version_num FROM alembic_version"))

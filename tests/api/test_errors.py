@@ -8,7 +8,6 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from tests.conftest import TenantKey
 
@@ -148,7 +147,7 @@ async def test_r18_raw_keys_never_stored(store: AgentSessionStore, tenant: Tenan
 
     secret = tenant.key.split("_", 2)[2]
     dump = []
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant.tenant_id) as conn:
         for table in metadata.sorted_tables:
             dump.append(repr((await conn.execute(text(f"SELECT * FROM {table.name}"))).all()))
     blob = "\n".join(dump)

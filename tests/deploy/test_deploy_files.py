@@ -154,7 +154,7 @@ def test_manifests_validate_against_kubernetes_schemas(version: str) -> None:
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name} ({doc['kind']}) invalid for {version}: {exc}")
         checked += 1
-    assert checked == 8
+    assert checked == 9  # two Secrets: the app's and the owner's
 
 
 def test_the_validator_refuses_an_unknown_field() -> None:
@@ -194,5 +194,17 @@ def test_kustomization_lists_existing_files_and_secret_is_an_example() -> None:
     for resource in kustomization["resources"]:
         assert (K8S / resource).exists(), resource
     assert "secret.example.yaml" not in kustomization["resources"]
-    secret = _by_kind("Secret")
-    assert all("change-me" in v for v in secret["stringData"].values())
+    secrets = {doc["metadata"]["name"]: doc for _, doc in _manifests() if doc["kind"] == "Secret"}
+    assert set(secrets) == {"asr-secrets", "asr-owner"}
+    for secret in secrets.values():
+        assert all("change-me" in v for v in secret["stringData"].values())
+
+
+def test_only_the_migration_job_holds_the_owners_credentials() -> None:
+    """Issue #17, defect 9: the owner's functions reach across tenants, so no pod of the
+    service (or of the retention CronJob) may carry the owner's password."""
+    for name, doc in _manifests():
+        if doc["kind"] == "Secret":
+            assert ("asr_owner" in json.dumps(doc)) == (doc["metadata"]["name"] == "asr-owner")
+        elif "asr-owner" in json.dumps(doc):
+            assert (name, doc["kind"]) == ("migration-job.yaml", "Job")

@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
-from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from tests import fake_anthropic, fake_gemini, fake_openai
 from tests.conftest import Server, TenantKey, free_port, start_server, stop_server
@@ -62,7 +61,7 @@ async def test_r20_canaries_are_redacted_everywhere(
     assert leaked(transcript) == [] and "[REDACTED]" in transcript
     assert leaked(export) == [] and export.count("[REDACTED]") >= len(CANARIES)
     assert leaked(state) == [] and leaked(runs) == []
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant.tenant_id) as conn:
         for table in ("session_events", "session_snapshots", "runs"):
             rows = (await conn.execute(text(f"SELECT * FROM {table}"))).all()
             assert leaked(repr(rows)) == [], table

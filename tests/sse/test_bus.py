@@ -16,7 +16,6 @@ from sqlalchemy.engine import make_url
 
 from app.runtime.events import EventType, NewEvent
 from app.runtime.service import SessionRuntime
-from app.store.base import ALL_TENANTS
 from app.store.bus import InProcessBus
 from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup, decode_wakeup, encode_wakeup
 from app.store.store import AgentSessionStore
@@ -90,7 +89,7 @@ def item_event(text: str) -> NewEvent:
 async def count_rows(store: AgentSessionStore, tenant_id: str, session_id: str) -> int:
     ev = session_events.c
     stmt = select(func.count()).where(ev.tenant_id == tenant_id, ev.session_id == session_id)
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant_id) as conn:
         return int((await conn.execute(stmt)).scalar_one())
 
 

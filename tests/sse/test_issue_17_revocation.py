@@ -25,7 +25,6 @@ from sqlalchemy import text
 
 from app.runtime.accounts import Accounts
 from app.runtime.keys import parse_key
-from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from tests.conftest import Server, TenantKey, make_tenant
 from tests.sse.conftest import (
@@ -214,7 +213,7 @@ async def test_a_deleted_tenants_token_is_refused_at_once_and_its_streams_end(
             await by_key.opened.wait()
             await by_token.opened.wait()
 
-        async with store.write(ALL_TENANTS) as conn:  # its keys and sessions go with it
+        async with store.write(gone.tenant_id) as conn:  # its keys and sessions go with it
             await conn.execute(
                 text("DELETE FROM tenants WHERE tenant_id = :t"), {"t": gone.tenant_id}
             )

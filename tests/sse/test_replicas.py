@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from app.runtime.events import EventType, NewEvent
-from app.store.base import ALL_TENANTS
+from app.store.base import NO_TENANT
 from app.store.store import AgentSessionStore
 from tests.conftest import Server, TenantKey
 from tests.sse.conftest import (
@@ -117,7 +117,7 @@ async def terminate_listener(store: AgentSessionStore, server: Server) -> int:
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE query LIKE 'LISTEN%' AND application_name = :name"
     )
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(NO_TENANT) as conn:
         rows = (await conn.execute(query, {"name": f"asr-listen:{server.process.pid}"})).all()
     return len(rows)
 

@@ -18,7 +18,7 @@ import httpx
 from sqlalchemy import func, select, text
 
 from app.runtime.ports import TenantCursor
-from app.store.base import ALL_TENANTS, utcnow
+from app.store.base import NO_TENANT, utcnow
 from app.store.store import AgentSessionStore
 from app.store.tables import session_events, session_snapshots
 from tests.conftest import TenantKey
@@ -52,7 +52,7 @@ class Blocker:
 
     async def hold(self) -> None:
         try:
-            async with self.store.write(ALL_TENANTS) as conn:
+            async with self.store.write(self.key[0]) as conn:
                 await conn.execute(
                     session_snapshots.insert().values(
                         tenant_id=self.key[0],
@@ -80,7 +80,7 @@ async def lock_waiters(store: AgentSessionStore) -> int:
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(NO_TENANT) as conn:
         return int((await conn.execute(query)).scalar_one())
 
 
@@ -88,7 +88,7 @@ async def visible_max_position(store: AgentSessionStore, tenant_id: str) -> int:
     stmt = select(func.max(session_events.c.position)).where(
         session_events.c.tenant_id == tenant_id
     )
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant_id) as conn:
         return int((await conn.execute(stmt)).scalar_one() or 0)
 
 

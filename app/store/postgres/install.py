@@ -3,7 +3,18 @@
 Each file holds one `CREATE OR REPLACE FUNCTION`. A migration that changes any of them calls
 `install` (after dropping a function whose signature or result type changed, which `CREATE
 OR REPLACE` cannot do), so the database always holds exactly these sources at head; the
-test `tests/store/test_pg_functions.py` compares what the database holds with them.
+test `tests/store/postgres/test_functions.py` compares what the database holds with them.
+
+Most functions are SECURITY INVOKER: they run with the caller's rights, and the row-level
+policies bind the app role inside them as outside. The cross-tenant ones (`CROSS_TENANT`)
+are SECURITY DEFINER: they run as the tables' owner, whose policies of migration 0009 let it
+read (and, for expired Idempotency-Keys, delete) every tenant's rows only while
+`app.cross_tenant` is `on`, which each of them sets around its one statement and restores
+before it returns (a non-superuser owner may not put a custom setting in the function's own
+`SET` clause). Each pins its `search_path` (pg_temp last, so no temporary table of the
+caller's can stand in for one of ours) and does one narrow thing. `install` takes EXECUTE on
+them away from PUBLIC: only roles granted it (the app role, by the default privileges of
+`deploy/postgres/roles.sql`) may call them.
 """
 
 from __future__ import annotations
@@ -29,7 +40,16 @@ SOURCES = (
     "run_claim",
     "run_step",
     "run_close",
+    # Cross-tenant, SECURITY DEFINER (above).
+    "key_by_prefix",
+    "live_key_prefixes",
+    "tenant_by_name",
+    "list_tenants",
+    "count_tenants",
+    "stale_runs",
+    "delete_expired_idempotency_keys",
 )
+CROSS_TENANT = SOURCES[SOURCES.index("key_by_prefix") :]
 
 _NAME = re.compile(r"CREATE OR REPLACE FUNCTION (\w+)\(")
 _BODY = re.compile(r"AS \$fn\$(.*)\$fn\$;", re.S)
@@ -56,6 +76,9 @@ def function_body(name: str) -> str:
 
 
 def install(execute: Callable[[str], object]) -> None:
-    """Run every source through `execute` (e.g. Alembic's `op.execute`)."""
+    """Run every source through `execute` (e.g. Alembic's `op.execute`); the cross-tenant
+    functions' EXECUTE is then revoked from PUBLIC (a new function grants it)."""
     for name in SOURCES:
         execute(source(name))
+    for name in CROSS_TENANT:
+        execute(f"REVOKE EXECUTE ON FUNCTION {function_name(name)} FROM PUBLIC")

@@ -10,7 +10,8 @@ share one call and one commit. Wake-ups go out after the commit (`app.store.noti
 Reads are the shared SQL of `LedgerStore`, except two that this database does in its own
 way: the event read goes through the bare driver inside the read transaction, and the
 tenant-wide timeline reads in (transaction id, position) order below the oldest running
-transaction, so that a cursor never steps over an event that commits late.
+transaction, so that a cursor never steps over an event that commits late. The work that
+spans tenants is `PostgresCrossTenant`'s (`cross_tenant.py`): SECURITY DEFINER functions.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from app.store.engine import behind_pgbouncer
 from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.notify import Notifier
 from app.store.postgres.calls import EventArrays, Functions, Refused, refusal
+from app.store.postgres.cross_tenant import PostgresCrossTenant
 from app.store.postgres.group_commit import AppendGroups
 from app.store.runs import json_text, run_from_mapping
 from app.store.store import AgentSessionStore
@@ -67,7 +69,7 @@ _SESSION_COLUMNS = "o_session, o_xact_id, o_positions"
 _PATCH_TRIES = 8
 
 
-class PostgresStore(AgentSessionStore):
+class PostgresStore(PostgresCrossTenant, AgentSessionStore):
     dialect: ClassVar[str] = "postgresql"
 
     def __init__(

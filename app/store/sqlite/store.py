@@ -8,7 +8,8 @@ from the one-row `counters` table and the tenant timeline needs no transaction i
 
 Every write that inserts events keeps the ledger's rule: the UPDATE of the session row
 that bumps `last_seq` reserves the seqs, and the events are inserted in the same
-transaction; an Idempotency-Key is sealed in it too (`seal`).
+transaction; an Idempotency-Key is sealed in it too (`seal`). The statements that span
+tenants are `SqliteCrossTenant`'s (`cross_tenant.py`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from app.runtime.ports import (
 from app.store.base import event_from_row, note_appended, session_from_row, utcnow
 from app.store.idempotency import committed_result
 from app.store.runs import LIVE, run_from_row
+from app.store.sqlite.cross_tenant import SqliteCrossTenant
 from app.store.store import AgentSessionStore
 from app.store.tables import (
     counters,
@@ -107,7 +109,7 @@ def _reserve_for_run(finishing: bool) -> Any:
     )
 
 
-class SqliteStore(AgentSessionStore):
+class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     dialect: ClassVar[str] = "sqlite"
 
     def __init__(self, engine: AsyncEngine, **options: Any) -> None:

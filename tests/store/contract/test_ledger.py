@@ -17,7 +17,6 @@ from app.runtime.errors import (
 )
 from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import IdempotencyToken, NewSession
-from app.store.base import ALL_TENANTS
 from app.store.store import AgentSessionStore
 from app.store.tables import session_snapshots
 from tests.conftest import TenantKey
@@ -150,7 +149,7 @@ async def test_a_snapshot_with_a_bad_hash_is_skipped(
         tenant.tenant_id, "snap", seq=9, kind="auto", state={"seq": 9}
     ), "a snapshot may not claim a seq beyond the ledger"
     snaps = session_snapshots.c
-    async with store.write(ALL_TENANTS) as conn:
+    async with store.write(tenant.tenant_id) as conn:
         await conn.execute(
             update(session_snapshots)
             .where(snaps.tenant_id == tenant.tenant_id, snaps.seq == 2)
@@ -168,7 +167,7 @@ async def test_delete_erases_events_and_snapshots(
     assert await store.delete_session(tenant.tenant_id, "gone")
     assert not await store.delete_session(tenant.tenant_id, "gone")
     assert await store.list_events(tenant.tenant_id, "gone") == []
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant.tenant_id) as conn:
         left = (
             await conn.execute(
                 select(session_snapshots).where(

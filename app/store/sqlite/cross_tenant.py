@@ -1,0 +1,81 @@
+"""SQLite's cross-tenant work: plain SQL in transactions that name no tenant.
+
+SQLite, the single-tenant embedded default, has no row-level security: the application's
+own filters are its only wall, so the statements that span tenants are simply the ones
+without a tenant filter, kept here beside each other (PostgreSQL's are stored functions:
+`app.store.postgres.cross_tenant`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import delete, func, select
+
+from app.runtime.ports import ApiKeyRecord, RunRecord, TenantRecord
+from app.store.base import NO_TENANT, utcnow
+from app.store.cross_tenant import CrossTenantStore, key_from_row, tenant_from_row
+from app.store.runs import LIVE, run_from_row
+from app.store.tables import api_keys, idempotency_keys, runs, sessions, tenants
+
+
+class SqliteCrossTenant(CrossTenantStore):
+    """`CrossTenantStore` as plain SQL (mixed into `SqliteStore`)."""
+
+    async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
+        async with self.read(NO_TENANT) as conn:
+            row = (await conn.execute(select(api_keys).where(api_keys.c.prefix == prefix))).first()
+        return key_from_row(row) if row is not None else None
+
+    async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]:
+        if not prefixes:
+            return set()
+        query = select(api_keys.c.prefix).where(
+            api_keys.c.prefix.in_(sorted(prefixes)), api_keys.c.revoked_at.is_(None)
+        )
+        async with self.read(NO_TENANT) as conn:
+            return {row[0] for row in (await conn.execute(query)).all()}
+
+    async def get_tenant_by_name(self, name: str) -> TenantRecord | None:
+        async with self.read(NO_TENANT) as conn:
+            row = (await conn.execute(select(tenants).where(tenants.c.name == name))).first()
+        return tenant_from_row(row) if row is not None else None
+
+    async def list_tenants(self) -> list[TenantRecord]:
+        async with self.read(NO_TENANT) as conn:
+            rows = (await conn.execute(select(tenants).order_by(tenants.c.name))).all()
+        return [tenant_from_row(r) for r in rows]
+
+    async def count_tenants(self) -> int:
+        async with self.read(NO_TENANT) as conn:
+            return int((await conn.execute(select(func.count()).select_from(tenants))).scalar_one())
+
+    async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]:
+        now = utcnow()
+        async with self.read(NO_TENANT) as conn:
+            expired = (
+                await conn.execute(
+                    select(runs)
+                    .where(runs.c.status.in_(LIVE), runs.c.lease_expires_at < now)
+                    .limit(limit)
+                )
+            ).all()
+            dangling = (
+                await conn.execute(
+                    select(runs)
+                    .join(
+                        sessions,
+                        (sessions.c.tenant_id == runs.c.tenant_id)
+                        & (sessions.c.active_run_id == runs.c.run_id),
+                    )
+                    .where(runs.c.status.not_in(LIVE))
+                    .limit(limit)
+                )
+            ).all()
+        return [run_from_row(r) for r in (*expired, *dangling)]
+
+    async def delete_expired_idempotency_keys(self) -> int:
+        t = idempotency_keys.c
+        async with self.write(NO_TENANT) as conn:
+            result = await conn.execute(delete(idempotency_keys).where(t.expires_at <= utcnow()))
+        return result.rowcount
