@@ -128,7 +128,7 @@ async def test_issue_19_credentials_of_every_profile_leak_nowhere(
             stop_server(srv)
             mcp.stop()
     assert credential_leaks("\n".join(answers)) == []
-    async with store.read(ALL_TENANTS) as conn:
+    async with store.read(tenant.tenant_id) as conn:  # every row this test wrote
         for table in (
             "sessions",
             "session_events",
