@@ -68,6 +68,8 @@ _WAIT_POLL_SECONDS = 0.2
 
 # Events decided on a session as read (`Loaded`), to be written only if it is still that.
 Prefix = Callable[["Loaded"], list[NewEvent]]
+# How often a replica deletes expired Idempotency-Keys (any replica may; it is idempotent).
+_KEY_SWEEP_SECONDS = 600.0
 # Fresh reads a start with a prefix tries before it gives up on a busy session (409).
 _FRESH_TRIES = 3
 
@@ -94,6 +96,7 @@ class RunStorePort(Protocol):
         self, tenant_id: str, session_id: str, *, limit: int = 100
     ) -> list[RunRecord]: ...
     async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]: ...
+    async def delete_expired_idempotency_keys(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -691,6 +694,9 @@ class RunManager:
         return closed
 
     async def _sweep_forever(self) -> None:
+        # Expired Idempotency-Keys are deleted here too, now and then: every keyed write
+        # leaves one row, and nothing else would ever remove it.
+        next_key_sweep = time.monotonic()
         while not self._closing.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), self.sweep_seconds)
@@ -698,6 +704,9 @@ class RunManager:
                 return
             try:
                 await self.sweep_once()
+                if time.monotonic() >= next_key_sweep:
+                    next_key_sweep = time.monotonic() + _KEY_SWEEP_SECONDS
+                    await self.store.delete_expired_idempotency_keys()
             except Exception:
                 log.warning("sweep failed", exc_info=True)
 
