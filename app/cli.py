@@ -243,6 +243,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from app.runtime.mcp.config import McpConfigError, parse_servers
     from app.runtime.models.profiles import ProfileError
     from app.runtime.models_file import read_models_file
+    from app.serving import http_protocol, warn_if_cap_exceeds_fd_limit
 
     configure_logging(settings.log_level, settings.log_format)
     try:
@@ -283,7 +284,12 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         log_config=None,  # configure_logging already routed uvicorn's loggers
         access_log=False,  # app.access logs each request with its route and tenant
         timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
+        # Explicit rather than "auto", so the header-read timeout (issue #17) always applies.
+        http=http_protocol(settings),
+        # Past the cap a complete request head gets a prompt 503 instead of more work.
+        limit_concurrency=settings.max_connections,
     )
+    warn_if_cap_exceeds_fd_limit(settings)
     Server(config).run()
     return 0
 

@@ -45,6 +45,19 @@ class Settings(BaseSettings):
         le=600,
         description="On SIGTERM, how long `asr serve` drains open requests and streams.",
     )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Close a connection that has not sent a complete request head this long "
+        "after opening or after its first byte (slowloris).",
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open connections one `asr serve` accepts work on; past it, 503. Keep it "
+        "below `ulimit -n` minus the database pool and some spare descriptors.",
+    )
     metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
     otel_enabled: bool = Field(
         default=False, description="OpenTelemetry tracing (needs the `otel` extra)."

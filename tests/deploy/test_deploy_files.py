@@ -138,6 +138,49 @@ def test_compose_file_parses_with_docker_compose_config(tmp_path: Path) -> None:
     assert all(p.get("host_ip") == "127.0.0.1" for p in app["ports"])
 
 
+def test_compose_proxy_profile_fronts_the_app_with_slow_client_limits(tmp_path: Path) -> None:
+    """Issue #17 (slowloris): the optional nginx cuts slow heads and passes SSE unbuffered."""
+    env = _docker_compose(tmp_path)
+    result = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "-f",
+            str(COMPOSE),
+            "--profile",
+            "proxy",
+            "config",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    proxy = json.loads(result.stdout)["services"]["proxy"]
+    assert proxy["depends_on"]["app"]["condition"] == "service_healthy"
+    (mount,) = proxy["volumes"]
+    conf = (ROOT / "deploy" / "nginx" / "asr.conf").read_text()
+    assert Path(mount["source"]) == ROOT / "deploy" / "nginx" / "asr.conf"
+    for directive in ("client_header_timeout", "client_body_timeout", "limit_conn "):
+        assert directive in conf, directive
+    assert "proxy_buffering off;" in conf
+    assert "server app:8000;" in conf
+
+
+def test_ingress_example_is_sse_friendly_and_limits_clients() -> None:
+    annotations = _by_kind("Ingress")["metadata"]["annotations"]
+    prefix = "nginx.ingress.kubernetes.io/"
+    assert annotations[prefix + "proxy-buffering"] == "off"
+    assert int(annotations[prefix + "proxy-read-timeout"]) >= 600
+    assert int(annotations[prefix + "limit-connections"]) >= 1
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert "ingress.example.yaml" not in kustomization["resources"]
+
+
 # ---------------------------------------------------------------------- k8s
 
 
@@ -154,7 +197,7 @@ def test_manifests_validate_against_kubernetes_schemas(version: str) -> None:
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name} ({doc['kind']}) invalid for {version}: {exc}")
         checked += 1
-    assert checked == 9  # two Secrets: the app's and the owner's
+    assert checked == 10  # two Secrets (the app's and the owner's) and the Ingress example
 
 
 def test_the_validator_refuses_an_unknown_field() -> None:
