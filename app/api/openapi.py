@@ -282,13 +282,12 @@ def _describe(operation: dict[str, Any], path: str, examples: dict[str, Any]) ->
         if code in examples.get("responses", {}) and "application/json" in content:
             content["application/json"]["example"] = examples["responses"][code]
         if SSE in content:
-            content[SSE] = {
-                "schema": {
-                    "$ref": "#/components/schemas/ServerSentEvent",
-                    "description": SSE_DESCRIPTION,
-                },
-                "example": examples.get("stream", ""),
+            # AG-UI streams carry the protocol's frames, not ours: their examples say so.
+            schema = examples.get("stream_schema") or {
+                "$ref": "#/components/schemas/ServerSentEvent",
+                "description": SSE_DESCRIPTION,
             }
+            content[SSE] = {"schema": schema, "example": examples.get("stream", "")}
         if "text" in examples and code == 200:
             for media in content.values():
                 media["example"] = examples["text"]

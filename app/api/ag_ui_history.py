@@ -1,0 +1,141 @@
+"""AG-UI history reconciliation: what of a `RunAgentInput`'s messages the session lacks.
+
+AG-UI clients send the whole conversation on every call. The session's memory is the record,
+so each call appends only what memory has not seen, recognised by message id:
+
+- user, system and developer messages carry their AG-UI id on the memory item (`id`);
+- assistant messages the service streamed have ids it minted (`asr_…`, see `ag_ui_stream`),
+  and their tool calls are memory's `function_call` items (AG-UI tool call id = `call_id`);
+- a tool message answering a pending client tool call becomes that call's output; one for a
+  call that already has an output is a resend.
+
+Decided on the session as loaded, so the caller writes the result in the same transaction
+as the run's start, conditional on the session being unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ag_ui.core import (
+    AssistantMessage,
+    DeveloperMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+
+from app.runtime.memory import normalize_items
+from app.runtime.state import SessionState
+
+# Ids of assistant messages, reasoning and tool results that the service minted itself.
+MINTED_PREFIX = "asr_"
+
+
+@dataclass
+class History:
+    """What a call's messages add to the session."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)  # appended as they are
+    answers: list[dict[str, str]] = field(default_factory=list)  # pending client calls
+    input: str | list[dict[str, Any]] | None = None  # the trailing new user message
+    input_id: str | None = None
+
+
+def known_ids(state: SessionState) -> tuple[set[str], set[str], set[str]]:
+    """(message ids, tool call ids, answered call ids) that memory already holds."""
+    messages: set[str] = set()
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for item in state.items:
+        kind = item.get("type")
+        if kind == "message" and item.get("id"):
+            messages.add(item["id"])
+        elif kind == "function_call":
+            calls.add(item["call_id"])
+        elif kind == "function_call_output":
+            answered.add(item["call_id"])
+    return messages, calls, answered
+
+
+def reconcile(
+    messages: list[Message], state: SessionState, *, max_inline_bytes: int, as_input: bool = True
+) -> History:
+    """The part of `messages` that `state` has not seen, as memory items and answers.
+
+    A trailing new user message becomes the run's input (a USER_INPUT, as on every run)
+    unless answers to client tool calls come with it (or not `as_input`): a run may not
+    start on new input while calls wait, so then it is appended before the run continues.
+    """
+    seen, calls, answered = known_ids(state)
+    pending_client = {cid for cid, c in state.pending.items() if c.get("kind") == "client"}
+    history = History()
+    raw: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            call_id = message.tool_call_id
+            if call_id in answered:
+                continue
+            output = _text(message.content)
+            if message.error:
+                output = f"error: {message.error}"
+            if call_id in pending_client:
+                history.answers.append({"call_id": call_id, "output": output})
+            elif call_id in calls:
+                raw.append({"type": "function_call_output", "call_id": call_id, "output": output})
+            answered.add(call_id)
+            continue
+        if message.id in seen or message.id.startswith(MINTED_PREFIX):
+            continue
+        seen.add(message.id)
+        if isinstance(message, UserMessage):
+            raw.append(_message_item(message.id, "user", message.content))
+        elif isinstance(message, SystemMessage | DeveloperMessage):
+            raw.append(_message_item(message.id, "system", message.content))
+        elif isinstance(message, AssistantMessage):
+            if message.content:
+                raw.append(_message_item(message.id, "assistant", message.content))
+            for call in message.tool_calls or []:
+                if call.id not in calls:
+                    calls.add(call.id)
+                    raw.append(
+                        {
+                            "type": "function_call",
+                            "call_id": call.id,
+                            "name": call.function.name,
+                            "arguments": call.function.arguments or "{}",
+                        }
+                    )
+        # Activity and reasoning messages are the client's display; memory has no place
+        # for them.
+    items = normalize_items(raw, max_inline_bytes=max_inline_bytes)
+    last = items[-1] if items else None
+    trailing_user = last is not None and last["type"] == "message" and last["role"] == "user"
+    if trailing_user and as_input and not history.answers:
+        assert last is not None
+        history.input, history.input_id = last["content"], last.get("id")
+        items = items[:-1]
+    history.items = items
+    return history
+
+
+def _message_item(message_id: str, role: str, content: Any) -> dict[str, Any]:
+    return {"type": "message", "role": role, "content": _content(content), "id": message_id}
+
+
+def _content(content: Any) -> str | list[dict[str, Any]]:
+    """AG-UI content (a string or parts) as memory content; only text parts have a place."""
+    if isinstance(content, str):
+        return content
+    return [{"type": "text", "text": p.text} for p in content if getattr(p, "type", "") == "text"]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = [getattr(p, "text", None) for p in content]
+    texts = [p for p in parts if isinstance(p, str)]
+    return "".join(texts) if texts else json.dumps([p.model_dump() for p in content])

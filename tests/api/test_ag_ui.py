@@ -1,0 +1,206 @@
+"""Issue #22: `POST /v1/ag-ui` speaks AG-UI over sessions and runs (scripted model)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+
+from app.runtime.events import EventType
+
+
+async def ag_ui(
+    client: httpx.AsyncClient, body: dict[str, Any], path: str = "/v1/ag-ui"
+) -> list[dict[str, Any]]:
+    """POST a RunAgentInput and parse the AG-UI events of the stream."""
+    reply = await client.post(path, json=body, headers={"Accept": "text/event-stream"})
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    events = []
+    for line in reply.text.splitlines():
+        if line.startswith("data:"):
+            events.append(json.loads(line[5:]))
+    return events
+
+
+def run_input(thread: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "threadId": thread,
+        "runId": extra.pop("runId", f"r-{uuid.uuid4().hex[:8]}"),
+        "messages": messages,
+        "tools": extra.pop("tools", []),
+        "context": [],
+        "state": {},
+        "forwardedProps": extra.pop("forwardedProps", {}),
+        **extra,
+    }
+
+
+def user(text: str, msg_id: str | None = None) -> dict[str, Any]:
+    return {"id": msg_id or f"u-{uuid.uuid4().hex[:8]}", "role": "user", "content": text}
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def text_of(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+async def ledger(client: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
+    reply = await client.get(f"/v1/sessions/{session_id}/events", params={"limit": 1000})
+    return reply.json()["data"]
+
+
+async def test_text_streams_in_protocol_order_and_is_an_ordinary_run(
+    client: httpx.AsyncClient,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    events = await ag_ui(client, run_input(thread, [user("[words:5]")], runId="run-1"))
+    assert types(events) == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        *["TEXT_MESSAGE_CONTENT"] * 5,
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    assert events[0]["threadId"] == thread and events[0]["runId"] == "run-1"
+    finished = events[-1]
+    assert finished["outcome"] == {"type": "success"}
+    stored = await ledger(client, thread)
+    final = [e["payload"]["text"] for e in stored if e["type"] == EventType.FINAL_OUTPUT]
+    assert final == [text_of(events)] == [finished["result"]]
+    runs = (await client.get(f"/v1/sessions/{thread}/runs")).json()["data"]
+    assert [r["run_id"] for r in runs] == [events[0]["metadata"]["asr_run_id"]]
+
+
+async def test_same_run_id_streams_the_same_run_and_starts_no_second(
+    client: httpx.AsyncClient,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    body = run_input(thread, [user("hello")], runId="same")
+    first = await ag_ui(client, body)
+    again = await ag_ui(client, body)
+    assert text_of(first) == text_of(again) == "echo: hello"
+    assert types(again)[-1] == "RUN_FINISHED"
+    assert len((await client.get(f"/v1/sessions/{thread}/runs")).json()["data"]) == 1
+
+
+async def test_resent_history_appends_nothing_and_new_messages_once(
+    client: httpx.AsyncClient,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    first_user = user("one", "m1")
+    first = await ag_ui(client, run_input(thread, [first_user]))
+    reply_id = next(e["messageId"] for e in first if e["type"] == "TEXT_MESSAGE_START")
+    history = [first_user, {"id": reply_id, "role": "assistant", "content": text_of(first)}]
+    second = await ag_ui(client, run_input(thread, [*history, user("two", "m2")]))
+    assert text_of(second) == "echo: two"
+    memory = (await client.get(f"/v1/sessions/{thread}/memory")).json()["items"]
+    users = [i for i in memory if i.get("role") == "user"]
+    assert [(u["id"], u["content"]) for u in users] == [("m1", "one"), ("m2", "two")]
+    assert sum(1 for i in memory if i.get("role") == "assistant") == 2
+    # The same history again (a new runId): no message of it is appended a second time.
+    await ag_ui(client, run_input(thread, [*history, user("two", "m2")]))
+    memory = (await client.get(f"/v1/sessions/{thread}/memory")).json()["items"]
+    assert [i["id"] for i in memory if i.get("role") == "user"] == ["m1", "m2"]
+
+
+async def test_frontend_tool_round_trip(client: httpx.AsyncClient) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    tool = {
+        "name": "pick_color",
+        "description": "Ask the user for a color.",
+        "parameters": {"type": "object", "properties": {"hint": {"type": "string"}}},
+    }
+    ask = user('[tool:pick_color {"hint": "warm"}]')
+    first = await ag_ui(client, run_input(thread, [ask], tools=[tool]))
+    assert types(first)[-5:] == [
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    start = next(e for e in first if e["type"] == "TOOL_CALL_START")
+    call_id = start["toolCallId"]
+    assert start["toolCallName"] == "pick_color"
+    assert json.loads(next(e for e in first if e["type"] == "TOOL_CALL_ARGS")["delta"]) == {
+        "hint": "warm"
+    }
+    assert first[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [call_id]}
+    history = [
+        ask,
+        {
+            "id": start["parentMessageId"],
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "pick_color", "arguments": '{"hint": "warm"}'},
+                }
+            ],
+        },
+        {"id": "tm-1", "role": "tool", "toolCallId": call_id, "content": "red"},
+    ]
+    second = await ag_ui(client, run_input(thread, history, tools=[tool]))
+    assert text_of(second) == "pick_color returned: red"
+    memory = (await client.get(f"/v1/sessions/{thread}/memory")).json()["items"]
+    outputs = [i for i in memory if i["type"] == "function_call_output"]
+    assert outputs == [{"type": "function_call_output", "call_id": call_id, "output": "red"}]
+
+
+async def test_approval_interrupts_and_resume_continues(client: httpx.AsyncClient) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    ask = user('[tool:echo {"text": "ship it"}]')
+    props = {"approval_required": ["echo"]}
+    first = await ag_ui(client, run_input(thread, [ask], forwardedProps=props))
+    outcome = first[-1]["outcome"]
+    assert outcome["type"] == "interrupt"
+    (interrupt,) = outcome["interrupts"]
+    assert interrupt["reason"] == "tool_approval"
+    assert interrupt["toolCallId"] == interrupt["id"]
+    resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+    second = await ag_ui(client, run_input(thread, [ask], resume=resume, forwardedProps=props))
+    result = next(e for e in second if e["type"] == "TOOL_CALL_RESULT")
+    assert result["toolCallId"] == interrupt["id"]
+    assert second[-1]["outcome"] == {"type": "success"}
+    assert "echo returned" in text_of(second)
+
+
+async def test_rejected_approval_does_not_run_the_tool(client: httpx.AsyncClient) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    ask = user('[tool:echo {"text": "no"}]')
+    props = {"approval_required": ["echo"]}
+    first = await ag_ui(client, run_input(thread, [ask], forwardedProps=props))
+    interrupt_id = first[-1]["outcome"]["interrupts"][0]["id"]
+    resume = [{"interruptId": interrupt_id, "status": "cancelled"}]
+    await ag_ui(client, run_input(thread, [ask], resume=resume, forwardedProps=props))
+    stored = await ledger(client, thread)
+    decided = [e["payload"]["decision"] for e in stored if e["type"] == "APPROVAL_DECIDED"]
+    assert decided == ["reject"]
+
+
+async def test_a_failing_model_is_run_error(client: httpx.AsyncClient) -> None:
+    events = await ag_ui(client, run_input(f"t-{uuid.uuid4().hex[:8]}", [user("[fail]")]))
+    assert events[0]["type"] == "RUN_STARTED"
+    assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"]
+
+
+async def test_unauthenticated_is_401_problem(anon: httpx.AsyncClient) -> None:
+    reply = await anon.post("/v1/ag-ui", json=run_input("t-anon", [user("hi")]))
+    assert reply.status_code == 401
+    assert reply.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_free_form_thread_ids_map_to_one_session(client: httpx.AsyncClient) -> None:
+    thread = f"thread with spaces / {uuid.uuid4().hex[:6]}"
+    first = await ag_ui(client, run_input(thread, [user("a")]))
+    second = await ag_ui(client, run_input(thread, [user("a", "x"), user("b")]))
+    assert first[0]["metadata"]["asr_session_id"] == second[0]["metadata"]["asr_session_id"]
