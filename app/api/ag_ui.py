@@ -24,11 +24,13 @@ import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from ag_ui.core import BaseEvent, RunAgentInput
 from ag_ui.encoder import EventEncoder
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from app.api.ag_ui_history import reconcile
@@ -61,12 +63,31 @@ from app.runtime.service import Loaded, SessionRuntime
 router = APIRouter(prefix="/v1/ag-ui", tags=["ag-ui"])
 
 _THREAD_ID = re.compile(SESSION_ID_PATTERN)
+# The body is validated with the protocol's own model, but documented as an object: the
+# protocol's schema would bring its own `TextPart`, `Tool`, … into our components and rename
+# ours. Its reference is the protocol's documentation.
+AgUiInput = Annotated[
+    dict[str, Any],
+    Body(
+        description="An AG-UI `RunAgentInput` (https://docs.ag-ui.com/sdk/js/core/types): "
+        "threadId, runId, messages, tools, context, state, forwardedProps, resume.",
+    ),
+]
 _DOC = {
     200: {
         "description": "AG-UI events as Server-Sent Events (`data:` = one AG-UI event JSON)",
         "content": {"text/event-stream": {"schema": {"type": "object"}}},
     }
 }
+
+
+def run_agent_input(raw: dict[str, Any]) -> RunAgentInput:
+    """The body as the protocol's model; a body that is not one is a 422 like any other."""
+    try:
+        return RunAgentInput.model_validate(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from exc
 
 
 def session_id_of(thread_id: str) -> str:
@@ -91,7 +112,7 @@ def run_token(thread_id: str, run_id: str) -> IdempotencyToken:
     responses={**_DOC, **problem_responses(401, 404, 409, 422)},
 )
 async def run_ag_ui(
-    body: RunAgentInput,
+    raw: AgUiInput,
     request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
@@ -102,6 +123,7 @@ async def run_ag_ui(
     `HttpAgent`) and stream the run as AG-UI events. The agent of a new thread's session is
     `forwardedProps.agent_name` (a blueprint), else the default agent.
     """
+    body = run_agent_input(raw)
     props = body.forwarded_props if isinstance(body.forwarded_props, dict) else {}
     return await _run(body, request, tenant, runtime, runs, blueprints, props.get("agent_name"))
 
@@ -114,7 +136,7 @@ async def run_ag_ui(
 )
 async def run_ag_ui_agent(
     agent_name: str,
-    body: RunAgentInput,
+    raw: AgUiInput,
     request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
@@ -123,6 +145,7 @@ async def run_ag_ui_agent(
 ) -> Response:
     """Like `POST /v1/ag-ui`, with the new thread's session running blueprint `agent_name`:
     one URL per agent, as CopilotKit's runtime configures its agents."""
+    body = run_agent_input(raw)
     return await _run(body, request, tenant, runtime, runs, blueprints, agent_name)
 
 

@@ -204,3 +204,9 @@ async def test_free_form_thread_ids_map_to_one_session(client: httpx.AsyncClient
     first = await ag_ui(client, run_input(thread, [user("a")]))
     second = await ag_ui(client, run_input(thread, [user("a", "x"), user("b")]))
     assert first[0]["metadata"]["asr_session_id"] == second[0]["metadata"]["asr_session_id"]
+
+
+async def test_a_body_that_is_no_run_agent_input_is_422_problem(client: httpx.AsyncClient) -> None:
+    reply = await client.post("/v1/ag-ui", json={"threadId": "t", "messages": "nope"})
+    assert reply.status_code == 422
+    assert reply.headers["content-type"].startswith("application/problem+json")
