@@ -440,6 +440,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ag-ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI: RunAgentInput in, AG-UI events out (SSE)
+         * @description Run the agent of the thread's session for an AG-UI client (CopilotKit, `@ag-ui/client`'s
+         *     `HttpAgent`) and stream the run as AG-UI events. The agent of a new thread's session is
+         *     `forwardedProps.agent_name` (a blueprint), else the default agent.
+         */
+        post: operations["runAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ag-ui/{agent_name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI for one agent blueprint: RunAgentInput in, AG-UI events out (SSE)
+         * @description Like `POST /v1/ag-ui`, with the new thread's session running blueprint `agent_name`:
+         *     one URL per agent, as CopilotKit's runtime configures its agents.
+         */
+        post: operations["runAgUiAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/processes": {
         parameters: {
             query?: never;
@@ -1870,6 +1913,8 @@ export interface components {
             role: "user" | "assistant" | "system";
             /** Content */
             content: string | (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["FilePart"])[];
+            /** Id */
+            id?: string | null;
         };
         /**
          * MetadataUpdated
@@ -8077,6 +8122,390 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/runs",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runAgUi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1",
+                 *       "runId": "run-1",
+                 *       "messages": [
+                 *         {
+                 *           "id": "msg-1",
+                 *           "role": "user",
+                 *           "content": "hello"
+                 *         }
+                 *       ],
+                 *       "tools": [],
+                 *       "context": [],
+                 *       "state": {},
+                 *       "forwardedProps": {}
+                 *     }
+                 */
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description AG-UI events as Server-Sent Events (`data:` = one AG-UI event JSON) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}
+                     *
+                     *     data: {"type":"STEP_STARTED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo: hello"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}
+                     *
+                     *     data: {"type":"STEP_FINISHED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run-1","result":"echo: hello","outcome":{"type":"success"}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the session's current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:run_in_progress",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "a run is already active on this session",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "run_in_progress"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runAgUiAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1",
+                 *       "runId": "run-1",
+                 *       "messages": [
+                 *         {
+                 *           "id": "msg-1",
+                 *           "role": "user",
+                 *           "content": "hello"
+                 *         }
+                 *       ],
+                 *       "tools": [],
+                 *       "context": [],
+                 *       "state": {},
+                 *       "forwardedProps": {}
+                 *     }
+                 */
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description AG-UI events as Server-Sent Events (`data:` = one AG-UI event JSON) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}
+                     *
+                     *     data: {"type":"STEP_STARTED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo: hello"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}
+                     *
+                     *     data: {"type":"STEP_FINISHED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run-1","result":"echo: hello","outcome":{"type":"success"}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the session's current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:run_in_progress",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "a run is already active on this session",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "run_in_progress"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
                      *       "code": "database_unavailable"
                      *     }
                      */
