@@ -171,16 +171,26 @@ async def _run(
             found = await runtime.find_idempotent(tenant.tenant_id, token)
             if found is None:
                 raise
-    if found is not None:
+    if found is None:
+        # Listen before anything awaits, so no event or delta after the run's start is lost.
+        queue = runs.listen(run.run_id)
+    else:
+        # A replay: listen first, then read the row, so that every event past the row's
+        # last_seq reaches the queue. Its deltas are left out: the turn in progress may have
+        # sent some already, and a text message must not start half-way (the turn's text
+        # comes whole with its MODEL_RESPONSE instead).
+        queue = runs.listen(found.result["run_id"])
         record = await runs.store.get_run(tenant.tenant_id, found.result["run_id"])
         if record is None:
+            if queue is not None:
+                runs.unlisten(found.result["run_id"], queue)
             raise RunNotFound(found.result["run_id"])
         run = record
     encoder = EventEncoder(accept=request.headers.get("accept"))
-    # Listen before anything awaits, so no event or delta of the run after its start is lost.
-    queue = runs.listen(run.run_id)
     translator = Translator(thread_id=body.thread_id, run_id=body.run_id)
-    frames = _frames(runs, runtime, tenant.tenant_id, run, translator, encoder, queue)
+    frames = _frames(
+        runs, runtime, tenant.tenant_id, run, translator, encoder, queue, deltas=found is None
+    )
     return EventSourceResponse(
         frames,
         ping=10,
@@ -301,6 +311,8 @@ async def _frames(
     translator: Translator,
     encoder: EventEncoder,
     queue: asyncio.Queue[tuple[str, Any]] | None,
+    *,
+    deltas: bool,
 ) -> AsyncIterator[bytes]:
     """The run as AG-UI frames: the events committed with its start (from the table), then
     live events and deltas (the queue), then whatever the table holds after them (a replay
@@ -325,7 +337,8 @@ async def _frames(
             if kind == "end":
                 break
             if kind == "delta":
-                yield encode(translator.delta(item))
+                if deltas:
+                    yield encode(translator.delta(item))
             elif item.seq > sent:
                 sent = item.seq
                 yield encode(translator.event(item))
