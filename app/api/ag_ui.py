@@ -63,9 +63,10 @@ from app.runtime.service import Loaded, SessionRuntime
 router = APIRouter(prefix="/v1/ag-ui", tags=["ag-ui"])
 
 _THREAD_ID = re.compile(SESSION_ID_PATTERN)
-# The body is validated with the protocol's own model, but documented as an object: the
-# protocol's schema would bring its own `TextPart`, `Tool`, … into our components and rename
-# ours. Its reference is the protocol's documentation.
+# The body is validated with the protocol's own model here, not by FastAPI: as a parameter
+# type, the protocol's models would enter our components under their own names (`TextPart`,
+# `Tool`, …) and rename ours. The document describes it as `AgUiRunAgentInput` instead
+# (`ag_ui_schema`).
 AgUiInput = Annotated[
     dict[str, Any],
     Body(

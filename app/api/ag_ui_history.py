@@ -15,6 +15,7 @@ as the run's start, conditional on the session being unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,15 @@ from app.runtime.state import SessionState
 
 # Ids of assistant messages, reasoning and tool results that the service minted itself.
 MINTED_PREFIX = "asr_"
+# Memory keeps ids of up to this many characters; a longer AG-UI id is kept as its digest.
+_MAX_ID = 128
+
+
+def stored_id(message_id: str) -> str:
+    """The id a message is known by in memory (AG-UI ids are unbounded strings)."""
+    if len(message_id) <= _MAX_ID:
+        return message_id
+    return "sha256:" + hashlib.sha256(message_id.encode()).hexdigest()
 
 
 @dataclass
@@ -88,16 +98,17 @@ def reconcile(
                 raw.append({"type": "function_call_output", "call_id": call_id, "output": output})
             answered.add(call_id)
             continue
-        if message.id in seen or message.id.startswith(MINTED_PREFIX):
+        known = stored_id(message.id)
+        if known in seen or message.id.startswith(MINTED_PREFIX):
             continue
-        seen.add(message.id)
+        seen.add(known)
         if isinstance(message, UserMessage):
-            raw.append(_message_item(message.id, "user", message.content))
+            raw.append(_message_item(known, "user", message.content))
         elif isinstance(message, SystemMessage | DeveloperMessage):
-            raw.append(_message_item(message.id, "system", message.content))
+            raw.append(_message_item(known, "system", message.content))
         elif isinstance(message, AssistantMessage):
             if message.content:
-                raw.append(_message_item(message.id, "assistant", message.content))
+                raw.append(_message_item(known, "assistant", message.content))
             for call in message.tool_calls or []:
                 if call.id not in calls:
                     calls.add(call.id)

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from app.api.ag_ui_schema import describe_ag_ui
 from app.api.examples import OPERATIONS, PARAMETERS, problem_example
 from app.api.problems import MEDIA_TYPE
 
@@ -157,6 +158,7 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
     schemas.update(FRAME_SCHEMAS)
     _describe_recovery_object(schemas)
     _describe_memory_items(schemas)
+    describe_ag_ui(document)
     names = {v: k for k, v in RENAMED.items()}
     for path, item in document["paths"].items():
         for operation in item.values():

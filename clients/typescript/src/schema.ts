@@ -3861,6 +3861,635 @@ export interface components {
             reconnect: boolean;
             last_seq: number;
         };
+        /**
+         * ActivityMessage
+         * @description Structured progress that is not conversation content, materialised as a
+         *     message so it keeps its place in the sequence. Stands alone rather than
+         *     composing BaseMessage, because its content is an object rather than a
+         *     string.
+         */
+        AgUiActivityMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "activity";
+            /** Activitytype */
+            activityType: string;
+            /** Content */
+            content: {
+                [key: string]: unknown;
+            };
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AssistantMessage
+         * @description A message from the agent. Content is optional because a turn may consist
+         *     only of tool calls.
+         */
+        AgUiAssistantMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "assistant";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Content
+             * @default null
+             */
+            content?: string | null;
+            /**
+             * Toolcalls
+             * @default null
+             */
+            toolCalls?: components["schemas"]["AgUiToolCall"][] | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AudioPart
+         * @description An audio part.
+         */
+        AgUiAudioPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "audio";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * Context
+         * @description A named piece of ambient information given to the agent for the run,
+         *     distinct from the conversation.
+         */
+        AgUiContext: {
+            /** Description */
+            description: string;
+            /** Value */
+            value: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DataSource
+         * @description Bytes carried inline.
+         */
+        AgUiDataSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "data";
+            /** Value */
+            value: string;
+            /** Mimetype */
+            mimeType: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DeveloperMessage
+         * @description Instructions from the application developer.
+         */
+        AgUiDeveloperMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "developer";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DocumentPart
+         * @description A document part.
+         */
+        AgUiDocumentPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "document";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * FileSource
+         * @description Bytes already at the provider, named by a handle the provider issued: an
+         *     OpenAI or Anthropic file id, a Gemini file URI, a storage URL only that
+         *     provider can read. No bytes travel and nothing is fetched. Only the
+         *     provider that minted the handle can resolve it; a peer that cannot drops
+         *     the part as it drops any part it cannot use.
+         */
+        AgUiFileSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "file";
+            /** Value */
+            value: string;
+            /**
+             * Provider
+             * @default null
+             */
+            provider?: string | null;
+            /**
+             * Mimetype
+             * @default null
+             */
+            mimeType?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * FunctionCall
+         * @description The name and arguments of a tool call.
+         */
+        AgUiFunctionCall: {
+            /** Name */
+            name: string;
+            /** Arguments */
+            arguments: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ImagePart
+         * @description An image part.
+         */
+        AgUiImagePart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "image";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ReasoningMessage
+         * @description A span of the agent's reasoning, materialised as a message. Stands alone
+         *     rather than composing BaseMessage, because it carries no name.
+         */
+        AgUiReasoningMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "reasoning";
+            /** Content */
+            content: string;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ResumeEntry
+         * @description An answer to one interrupt, sent on the run that continues from it.
+         */
+        AgUiResumeEntry: {
+            /** Interruptid */
+            interruptId: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "resolved" | "cancelled";
+            /**
+             * Payload
+             * @default null
+             */
+            payload?: unknown | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * SystemMessage
+         * @description Instructions from the system.
+         */
+        AgUiSystemMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "system";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * TextPart
+         * @description A text part.
+         */
+        AgUiTextPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "text";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Text */
+            text: string;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * Tool
+         * @description A tool the agent may call.
+         */
+        AgUiTool: {
+            /** Name */
+            name: string;
+            /** Description */
+            description: string;
+            /**
+             * Parameters
+             * @default null
+             */
+            parameters?: unknown | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ToolCall
+         * @description A call an assistant message made. Carries no subagent attribution of its
+         *     own and inherits its containing message's, since several calls can share
+         *     one parent.
+         */
+        AgUiToolCall: {
+            /** Id */
+            id: string;
+            /**
+             * Type
+             * @default function
+             * @constant
+             */
+            type?: "function";
+            function: components["schemas"]["AgUiFunctionCall"];
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ToolMessage
+         * @description What a tool returned, as a message in the conversation. Stands alone
+         *     rather than composing BaseMessage, because it carries no name.
+         */
+        AgUiToolMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "tool";
+            /** Content */
+            content: string | (components["schemas"]["AgUiTextPart"] | components["schemas"]["AgUiImagePart"] | components["schemas"]["AgUiAudioPart"] | components["schemas"]["AgUiVideoPart"] | components["schemas"]["AgUiDocumentPart"])[];
+            /** Toolcallid */
+            toolCallId: string;
+            /**
+             * Error
+             * @default null
+             */
+            error?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UrlSource
+         * @description Bytes referenced by URL, fetched by whoever needs them.
+         */
+        AgUiUrlSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "url";
+            /** Value */
+            value: string;
+            /**
+             * Mimetype
+             * @default null
+             */
+            mimeType?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UserMessage
+         * @description A message from the person using the application.
+         */
+        AgUiUserMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "user";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string | (components["schemas"]["AgUiTextPart"] | components["schemas"]["AgUiImagePart"] | components["schemas"]["AgUiAudioPart"] | components["schemas"]["AgUiVideoPart"] | components["schemas"]["AgUiDocumentPart"])[];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * VideoPart
+         * @description A video part.
+         */
+        AgUiVideoPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "video";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * RunAgentInput
+         * @description A request to run an agent. Also echoed back as RUN_STARTED.input. Only
+         *     threadId, runId and messages are required: those are the three the SDKs
+         *     already agree on, and for tools and context an absent key and an empty
+         *     array mean the same thing, so requiring them would catch nothing a
+         *     producer could get wrong.
+         */
+        AgUiRunAgentInput: {
+            /** Threadid */
+            threadId: string;
+            /** Runid */
+            runId: string;
+            /**
+             * Protocolversion
+             * @default null
+             */
+            protocolVersion?: string | null;
+            /**
+             * Parentrunid
+             * @default null
+             */
+            parentRunId?: string | null;
+            /**
+             * State
+             * @default null
+             */
+            state?: unknown | null;
+            /** Messages */
+            messages: (components["schemas"]["AgUiDeveloperMessage"] | components["schemas"]["AgUiSystemMessage"] | components["schemas"]["AgUiAssistantMessage"] | components["schemas"]["AgUiUserMessage"] | components["schemas"]["AgUiToolMessage"] | components["schemas"]["AgUiActivityMessage"] | components["schemas"]["AgUiReasoningMessage"])[];
+            /**
+             * Tools
+             * @default null
+             */
+            tools?: components["schemas"]["AgUiTool"][] | null;
+            /**
+             * Context
+             * @default null
+             */
+            context?: components["schemas"]["AgUiContext"][] | null;
+            /**
+             * Forwardedprops
+             * @default null
+             */
+            forwardedProps?: unknown | null;
+            /**
+             * Resume
+             * @default null
+             */
+            resume?: components["schemas"]["AgUiResumeEntry"][] | null;
+        } & {
+            [key: string]: unknown;
+        };
     };
     responses: never;
     parameters: never;
@@ -8156,9 +8785,7 @@ export interface operations {
                  *       "forwardedProps": {}
                  *     }
                  */
-                "application/json": {
-                    [key: string]: unknown;
-                };
+                "application/json": components["schemas"]["AgUiRunAgentInput"];
             };
         };
         responses: {
@@ -8349,9 +8976,7 @@ export interface operations {
                  *       "forwardedProps": {}
                  *     }
                  */
-                "application/json": {
-                    [key: string]: unknown;
-                };
+                "application/json": components["schemas"]["AgUiRunAgentInput"];
             };
         };
         responses: {
