@@ -37,7 +37,7 @@ from app.api.ag_ui_history import reconcile
 from app.api.ag_ui_stream import Translator
 from app.api.deps import BlueprintsDep, RunsDep, RuntimeDep, TenantDep
 from app.api.problems import problem_responses
-from app.api.runs import SHUTDOWN_FRAME_GRACE_SECONDS
+from app.api.runs import SHUTDOWN_FRAME_GRACE_SECONDS, next_or_shutdown
 from app.api.schemas import SESSION_ID_PATTERN
 from app.api.sse import read_whole
 from app.runtime import event_payloads as ev
@@ -334,7 +334,13 @@ async def _frames(
             sent = event.seq
             yield encode(translator.event(event))
         while queue is not None and not translator.finished:
-            kind, item = await queue.get()
+            next_item = await next_or_shutdown(queue, runs.shutdown_event)
+            if next_item is None:
+                # The process is shutting down: the run finishes or is interrupted without
+                # this stream; the client learns it from RUN_ERROR and may run the thread again.
+                yield encode(translator.cut("the server is shutting down"))
+                return
+            kind, item = next_item
             if kind == "end":
                 break
             if kind == "delta":
