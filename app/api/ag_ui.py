@@ -9,7 +9,8 @@ maps onto the service one to one:
   transaction, so the same `runId` twice streams the same run again and never starts two;
 - `messages` are reconciled with memory by id (`ag_ui_history`), and what is new is written
   with the run's start in one transaction; a tool message answering a pending client tool
-  call becomes its output;
+  call becomes its output; a client whose history lacks what the session has (a reloaded
+  page) gets a MESSAGES_SNAPSHOT of the conversation as the run starts from it;
 - `tools` are the run's client tools: a call of one ends the run with the call pending
   (TOOL_CALL_* events, RUN_FINISHED), and the next call's tool message answers it;
 - a tool that needs approval ends the run with an `interrupt` outcome; the next call's
@@ -26,14 +27,14 @@ import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from ag_ui.core import BaseEvent, RunAgentInput
+from ag_ui.core import BaseEvent, Message, MessagesSnapshotEvent, RunAgentInput
 from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
-from app.api.ag_ui_history import reconcile
+from app.api.ag_ui_history import lags_behind, reconcile, snapshot_messages
 from app.api.ag_ui_stream import Translator
 from app.api.deps import BlueprintsDep, RunsDep, RuntimeDep, TenantDep
 from app.api.problems import problem_responses
@@ -56,6 +57,7 @@ from app.runtime.errors import (
     ToolCallsPending,
 )
 from app.runtime.events import NewEvent
+from app.runtime.memory import tool_output_item
 from app.runtime.ports import IdempotencyToken, RunRecord
 from app.runtime.runs import RunManager, RunRequest, answer_events, approval_events
 from app.runtime.service import Loaded, SessionRuntime
@@ -162,9 +164,10 @@ async def _run(
     session_id = session_id_of(body.thread_id)
     token = run_token(body.thread_id, body.run_id)
     found = await runtime.find_idempotent(tenant.tenant_id, token)
+    snapshot: list[Message] | None = None
     if found is None:
         try:
-            run = await _start(
+            run, snapshot = await _start(
                 body, tenant.tenant_id, session_id, runtime, runs, blueprints, agent_name, token
             )
         except (IdempotentReplay, AgentSessionError):
@@ -190,7 +193,15 @@ async def _run(
     encoder = EventEncoder(accept=request.headers.get("accept"))
     translator = Translator(thread_id=body.thread_id, run_id=body.run_id)
     frames = _frames(
-        runs, runtime, tenant.tenant_id, run, translator, encoder, queue, deltas=found is None
+        runs,
+        runtime,
+        tenant.tenant_id,
+        run,
+        translator,
+        encoder,
+        queue,
+        deltas=found is None,
+        snapshot=snapshot,
     )
     return EventSourceResponse(
         frames,
@@ -211,8 +222,12 @@ async def _start(
     blueprints: Blueprints,
     agent_name: Any,
     token: IdempotencyToken,
-) -> RunRecord:
-    """Reconcile the history and start the run, in one transaction (see the module doc)."""
+) -> tuple[RunRecord, list[Message] | None]:
+    """Reconcile the history and start the run, in one transaction (see the module doc).
+
+    Returns the run and, when the client's history lags behind the session's, the
+    conversation as of the run's start for a MESSAGES_SNAPSHOT.
+    """
     loaded = await _session(runtime, tenant_id, session_id, blueprints, agent_name)
     max_inline = runtime.limits.max_inline_bytes
     decisions = _decisions(body)
@@ -234,11 +249,19 @@ async def _start(
         approval_required=approval,
     )
 
+    at_start: list[list[dict[str, Any]]] = []
+
     def prefix(current: Loaded) -> list[NewEvent]:
         # Decided again on the session as the start's transaction sees it.
         history = reconcile(
             body.messages, current.state, max_inline_bytes=max_inline, as_input=as_input
         )
+        at_start[:] = []
+        if lags_behind(body.messages, current.state, history):
+            # Memory as the run starts from it (the last call of this is what commits).
+            answers = [tool_output_item(a["call_id"], a["output"]) for a in history.answers]
+            given = [] if first.input is None else [_input_item(first.input, first.input_id)]
+            at_start.append([*current.state.items, *history.items, *answers, *given])
         if history.input_id != first.input_id:
             raise StaleSession(session_id)  # the input was written meanwhile: decide again
         events: list[NewEvent] = []
@@ -263,7 +286,13 @@ async def _start(
             raise NothingPending("the thread has no message to run on")
         return events
 
-    return await runs.start(tenant_id, session_id, request, idempotency=token, prefix=prefix)
+    run = await runs.start(tenant_id, session_id, request, idempotency=token, prefix=prefix)
+    return run, (snapshot_messages(at_start[0]) if at_start else None)
+
+
+def _input_item(content: Any, message_id: str | None) -> dict[str, Any]:
+    item = {"type": "message", "role": "user", "content": content}
+    return item if message_id is None else {**item, "id": message_id}
 
 
 def _decisions(body: RunAgentInput) -> dict[str, tuple[str, str | None]]:
@@ -314,6 +343,7 @@ async def _frames(
     queue: asyncio.Queue[tuple[str, Any]] | None,
     *,
     deltas: bool,
+    snapshot: list[Message] | None,
 ) -> AsyncIterator[bytes]:
     """The run as AG-UI frames: the events committed with its start (from the table), then
     live events and deltas (the queue), then whatever the table holds after them (a replay
@@ -325,6 +355,8 @@ async def _frames(
     sent = 0
     try:
         yield encode(translator.start(run.run_id, run.session_id))
+        if snapshot is not None:
+            yield encode([MessagesSnapshotEvent(messages=snapshot)])
         started = await read_whole(
             runtime.list_events(tenant_id, run.session_id, run_id=run.run_id)
         )

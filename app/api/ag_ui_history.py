@@ -23,8 +23,10 @@ from typing import Any
 from ag_ui.core import (
     AssistantMessage,
     DeveloperMessage,
+    FunctionCall,
     Message,
     SystemMessage,
+    ToolCall,
     ToolMessage,
     UserMessage,
 )
@@ -150,3 +152,60 @@ def _text(content: Any) -> str:
     parts = [getattr(p, "text", None) for p in content]
     texts = [p for p in parts if isinstance(p, str)]
     return "".join(texts) if texts else json.dumps([p.model_dump() for p in content])
+
+
+def lags_behind(messages: list[Message], state: SessionState, history: History) -> bool:
+    """Whether the client's history lacks conversation that memory holds (a page reloaded
+    without its history, another client on the same thread): it then gets a snapshot.
+
+    Counted in user messages: those the client sent that memory already has must be all
+    of memory's."""
+    new = sum(1 for i in history.items if i.get("role") == "user") + (history.input is not None)
+    client_users = sum(1 for m in messages if isinstance(m, UserMessage)) - new
+    memory_users = sum(
+        1 for i in state.items if i.get("type") == "message" and i.get("role") == "user"
+    )
+    return client_users < memory_users
+
+
+def snapshot_messages(items: list[dict[str, Any]]) -> list[Message]:
+    """Memory items as AG-UI messages. Items without a client id get minted ones, which a
+    client that sends them back has recognised as the service's own."""
+    out: list[Message] = []
+    for n, item in enumerate(items):
+        kind = item.get("type")
+        minted = f"{MINTED_PREFIX}item_{n}"
+        if kind == "message":
+            content = item["content"]
+            text = content if isinstance(content, str) else _text_parts(content)
+            message_id = item.get("id") or minted
+            role = item["role"]
+            if role == "user":
+                out.append(UserMessage(id=message_id, content=text))
+            elif role == "system":
+                out.append(SystemMessage(id=message_id, content=text))
+            else:
+                out.append(AssistantMessage(id=message_id, content=text))
+        elif kind == "function_call":
+            call = ToolCall(
+                id=item["call_id"],
+                function=FunctionCall(name=item["name"], arguments=item.get("arguments", "{}")),
+            )
+            last = out[-1] if out else None
+            if isinstance(last, AssistantMessage):
+                last.tool_calls = [*(last.tool_calls or []), call]
+            else:
+                out.append(AssistantMessage(id=minted, tool_calls=[call]))
+        elif kind == "function_call_output":
+            out.append(
+                ToolMessage(
+                    id=f"{MINTED_PREFIX}result_{item['call_id']}",
+                    tool_call_id=item["call_id"],
+                    content=item.get("output", ""),
+                )
+            )
+    return out
+
+
+def _text_parts(parts: list[dict[str, Any]]) -> str:
+    return "".join(p.get("text", "") for p in parts if p.get("type") == "text")

@@ -7,6 +7,7 @@ means, built with the protocol's own models (`ag_ui.core`):
 | ours | AG-UI |
 | --- | --- |
 | (stream start) | RUN_STARTED (the client's thread and run ids) |
+| (the client's history lags) | MESSAGES_SNAPSHOT, sent by the route (`ag_ui`) |
 | STEP_START / STEP_END | STEP_STARTED / STEP_FINISHED, step `turn N` |
 | reasoning deltas | REASONING_START, REASONING_MESSAGE_START/CONTENT/END, REASONING_END |
 | text deltas | TEXT_MESSAGE_START / CONTENT, ended at MODEL_RESPONSE |

@@ -210,3 +210,26 @@ async def test_a_body_that_is_no_run_agent_input_is_422_problem(client: httpx.As
     reply = await client.post("/v1/ag-ui", json={"threadId": "t", "messages": "nope"})
     assert reply.status_code == 422
     assert reply.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_a_client_without_the_history_gets_a_messages_snapshot(
+    client: httpx.AsyncClient,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    first = await ag_ui(client, run_input(thread, [user("one", "m1")]))
+    assert "MESSAGES_SNAPSHOT" not in types(first)  # the client's history is complete
+    # A reloaded page: only its new message, none of the thread's history.
+    events = await ag_ui(client, run_input(thread, [user("two", "m2")]))
+    assert types(events)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+    snapshot = events[1]["messages"]
+    assert [(m["role"], m.get("content")) for m in snapshot] == [
+        ("user", "one"),
+        ("assistant", "echo: one"),
+        ("user", "two"),
+    ]
+    assert [snapshot[0]["id"], snapshot[2]["id"]] == ["m1", "m2"]
+    assert text_of(events) == "echo: two"
+    # Sending the snapshot back (as the client now holds it) appends nothing.
+    await ag_ui(client, run_input(thread, [*snapshot, user("three", "m3")]))
+    memory = (await client.get(f"/v1/sessions/{thread}/memory")).json()["items"]
+    assert [i["id"] for i in memory if i.get("role") == "user"] == ["m1", "m2", "m3"]

@@ -166,3 +166,24 @@ test("sending the same history twice appends nothing", async () => {
   const users = again.items.filter((i) => i.role === "user").map((i) => i.content);
   assert.deepEqual(users, ["one", "two"]);
 });
+
+test("a client that lost the history gets it back as MESSAGES_SNAPSHOT", async () => {
+  const first = agent();
+  say(first, "one");
+  await run(first);
+  // A reloaded page: a new HttpAgent on the same thread, with only its new message.
+  const reloaded = agent(first.threadId);
+  say(reloaded, "two");
+  const { types } = await run(reloaded);
+  assert.deepEqual(types.slice(0, 2), ["RUN_STARTED", "MESSAGES_SNAPSHOT"]);
+  // The client merges a snapshot into what it holds (its own messages keep their place).
+  const seen = reloaded.messages.map((m) => `${m.role}: ${m.content}`).sort();
+  assert.deepEqual(seen, ["assistant: echo: one", "assistant: echo: two", "user: one", "user: two"]);
+  // Its history, snapshot included, is complete now: the next call appends only the new one.
+  say(reloaded, "three");
+  const next = await run(reloaded);
+  assert.ok(!next.types.includes("MESSAGES_SNAPSHOT"));
+  const memory = await api(`/v1/sessions/${first.threadId}/memory`);
+  const users = memory.items.filter((i) => i.role === "user").map((i) => i.content);
+  assert.deepEqual(users, ["one", "two", "three"]);
+});
