@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from fastapi import FastAPI
 
+from app.main import create_app
 from app.runtime.events import EventType
+from app.settings import Settings
+from tests.conftest import TenantKey
 
 
 async def ag_ui(
@@ -233,3 +241,70 @@ async def test_a_client_without_the_history_gets_a_messages_snapshot(
     await ag_ui(client, run_input(thread, [*snapshot, user("three", "m3")]))
     memory = (await client.get(f"/v1/sessions/{thread}/memory")).json()["items"]
     assert [i["id"] for i in memory if i.get("role") == "user"] == ["m1", "m2", "m3"]
+
+
+BLUEPRINTS = """
+agents:
+  support:
+    provider: scripted
+    instructions: Be brief.
+    tools: [echo]
+    approval_required: [echo]
+"""
+
+
+@pytest.fixture
+async def agents_app(settings: Settings, tmp_path: Path) -> AsyncIterator[FastAPI]:
+    path = tmp_path / "agents.yaml"
+    path.write_text(BLUEPRINTS)
+    application = create_app(settings.model_copy(update={"agents_file": path}))
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_a_route_per_blueprint_runs_that_agent(
+    agents_app: FastAPI, tenant: TenantKey
+) -> None:
+    transport = httpx.ASGITransport(app=agents_app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://asr.test", headers=tenant.headers
+    ) as c:
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        ask = user('[tool:echo {"text": "x"}]')
+        events = await ag_ui(c, run_input(thread, [ask]), path="/v1/ag-ui/support")
+        # The blueprint's own approval list applies: the call interrupts the run.
+        assert events[-1]["outcome"]["type"] == "interrupt"
+        created = (await ledger(c, thread))[0]
+        assert created["payload"]["agent"]["instructions"] == "Be brief."
+        props = {"agent_name": "support"}
+        other = f"t-{uuid.uuid4().hex[:8]}"
+        await ag_ui(c, run_input(other, [user("hi")], forwardedProps=props))
+        assert (await ledger(c, other))[0]["payload"]["agent"]["instructions"] == "Be brief."
+        unknown = await c.post("/v1/ag-ui/nobody", json=run_input("t-x", [user("hi")]))
+        assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_agent"
+
+
+async def test_the_same_run_id_at_once_starts_one_run(client: httpx.AsyncClient) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    await ag_ui(client, run_input(thread, [user("first")]))  # the session exists
+    body = run_input(thread, [user("first", "x1"), user("[words:3]", "x2")], runId="twice")
+    streams = await asyncio.gather(*(ag_ui(client, body) for _ in range(3)))
+    ours = {s[0]["metadata"]["asr_run_id"] for s in streams}
+    assert len(ours) == 1
+    assert all(text_of(s) == "word1 word2 word3" for s in streams)
+    assert len((await client.get(f"/v1/sessions/{thread}/runs")).json()["data"]) == 2
+
+
+async def test_a_cancelled_run_finishes_cancelled(client: httpx.AsyncClient) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    stream = asyncio.create_task(ag_ui(client, run_input(thread, [user("[sleep:30000]")])))
+    for _ in range(200):  # bounded: the run shows up in its session's list
+        await asyncio.sleep(0.02)
+        found = await client.get(f"/v1/sessions/{thread}/runs")
+        if found.status_code == 200 and found.json()["data"]:
+            break
+    run_id = found.json()["data"][0]["run_id"]
+    await client.post(f"/v1/sessions/{thread}/runs/{run_id}/cancel")
+    events = await stream
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert events[-1]["outcome"] == {"type": "cancelled"}
