@@ -119,16 +119,24 @@ test("the client's own verification accepts every kind of stream", async () => {
   const inputs = [
     { messages: [{ id: "v1", role: "user", content: "[words:3]" }] },
     {
-      messages: [{ id: "v2", role: "user", content: '[tool:arithmetic {"expression": "2+3"}]' }],
+      messages: [{ id: "v2", role: "user", content: '[tool:arithmetic {"op": "add", "a": 2, "b": 3}]' }],
     },
     { messages: [{ id: "v3", role: "user", content: "[continue:2]" }] },
     { messages: [{ id: "v4", role: "user", content: "[ask]" }] },
   ];
+  const streams = [];
   for (const input of inputs) {
     const events = await verified(a, { ...base, ...input, runId: `r-${randomUUID()}` });
     assert.equal(events[0].type, "RUN_STARTED");
     assert.equal(events.at(-1).type, "RUN_FINISHED", JSON.stringify(events.at(-1)));
+    streams.push(events);
   }
+  // The server tool's result streams as TOOL_CALL_RESULT, then the answer that uses it.
+  const result = streams[1].find((e) => e.type === "TOOL_CALL_RESULT");
+  assert.equal(result.content, "5");
+  assert.equal(text(streams[1]), "arithmetic returned: 5");
+  // Auto-continue: several model turns, each a step.
+  assert.equal(streams[2].filter((e) => e.type === "STEP_STARTED").length, 3);
   const failed = await verified(a, {
     ...base,
     runId: `r-${randomUUID()}`,
