@@ -96,7 +96,9 @@ def reconcile(
                 output = f"error: {message.error}"
             if call_id in pending_client:
                 history.answers.append({"call_id": call_id, "output": output})
-            elif call_id in calls:
+            elif call_id in calls and call_id not in state.pending:
+                # A call the client's own history holds (never one waiting for an approval
+                # or a server tool: their outputs are the service's to write).
                 raw.append({"type": "function_call_output", "call_id": call_id, "output": output})
             answered.add(call_id)
             continue
