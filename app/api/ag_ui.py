@@ -381,32 +381,44 @@ async def _frames(
             elif item.seq > sent:
                 sent = item.seq
                 yield encode(translator.event(item))
-        while not translator.finished:
-            tail = await read_whole(
-                runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
-            )
-            for event in tail:
-                sent = event.seq
-                yield encode(translator.event(event))
-            if translator.finished:
-                break
-            if runs.shutdown_event.is_set():
-                yield encode(translator.cut("the server is shutting down"))
-                return
-            # A run of another replica: its events arrive in the table.
-            done = await runs.wait(tenant_id, run.run_id, within_seconds=1.0)
-            if done.status not in ("queued", "running") and not tail:
-                tail = await read_whole(
-                    runtime.list_events(
-                        tenant_id, run.session_id, run_id=run.run_id, after_seq=sent
-                    )
-                )
-                for event in tail:
-                    sent = event.seq
-                    yield encode(translator.event(event))
-                if not translator.finished:
-                    yield encode(translator.cut("the run ended without RUN_FINISHED"))
-                return
+        async for events in _from_table(runs, runtime, tenant_id, run, translator, sent):
+            yield encode(events)
     finally:
         if queue is not None:
             runs.unlisten(run.run_id, queue)
+
+
+async def _from_table(
+    runs: RunManager,
+    runtime: SessionRuntime,
+    tenant_id: str,
+    run: RunRecord,
+    translator: Translator,
+    sent: int,
+) -> AsyncIterator[list[BaseEvent]]:
+    """The run's events after `sent`, read from the table until its RUN_FINISHED: the rest of
+    a local run, an ended run replayed, or a run another replica executes (its events only
+    reach this process through the table, so it is read again while the run lives)."""
+    while not translator.finished:
+        tail = await read_whole(
+            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
+        )
+        for event in tail:
+            sent = event.seq
+            yield translator.event(event)
+        if translator.finished:
+            return
+        if runs.shutdown_event.is_set():
+            yield translator.cut("the server is shutting down")
+            return
+        done = await runs.wait(tenant_id, run.run_id, within_seconds=1.0)
+        if done.status in ("queued", "running") or tail:
+            continue
+        # Ended, and nothing new was read since: one last read, then the stream ends.
+        for event in await read_whole(
+            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
+        ):
+            yield translator.event(event)
+        if not translator.finished:
+            yield translator.cut("the run ended without RUN_FINISHED")
+        return
