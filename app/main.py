@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI
 
 from app.api import (
+    ag_ui,
     agents,
     debug,
     docs,
@@ -224,6 +225,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         memory.router,
         runs.router,
         runs.oneshot,
+        ag_ui.router,
         processes_api.router,
         delegation_api.router,
         tools_api.router,

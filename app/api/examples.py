@@ -146,6 +146,38 @@ TIMELINE = (
     'reconnect with Last-Event-ID"}\n\n'
 )
 
+AG_UI_INPUT = {
+    "threadId": "thread-1",
+    "runId": "run-1",
+    "messages": [{"id": "msg-1", "role": "user", "content": "hello"}],
+    "tools": [],
+    "context": [],
+    "state": {},
+    "forwardedProps": {},
+}
+AG_UI_STREAM = (
+    'data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}\n\n'
+    'data: {"type":"STEP_STARTED","stepName":"turn 1"}\n\n'
+    'data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}\n\n'
+    'data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo: hello"}\n\n'
+    'data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}\n\n'
+    'data: {"type":"STEP_FINISHED","stepName":"turn 1"}\n\n'
+    'data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run-1",'
+    '"result":"echo: hello","outcome":{"type":"success"}}\n\n'
+)
+AG_UI_FRAMES = {
+    "type": "object",
+    "description": "AG-UI events (https://docs.ag-ui.com), one per `data:` line: RUN_STARTED "
+    "first, then steps, text, reasoning and tool call events, and RUN_FINISHED (outcome "
+    "`success`, `interrupt` or `cancelled`) or RUN_ERROR last. Comment lines are heartbeats.",
+}
+AG_UI = {
+    "request": AG_UI_INPUT,
+    "responses": {},
+    "stream": AG_UI_STREAM,
+    "stream_schema": AG_UI_FRAMES,
+}
+
 # Parameters by name, wherever they appear. No Idempotency-Key or If-Match here: fuzzers
 # send examples as they are, and one key on every request would be a reused key.
 PARAMETERS: dict[str, Any] = {
@@ -258,6 +290,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "stream": STREAM,
     },
     "list_runs": {"responses": {200: {"data": [RUN]}}},
+    "run_ag_ui": AG_UI,
+    "run_ag_ui_agent": AG_UI,
     "get_run": {"responses": {200: RUN}},
     "cancel_run": {
         "responses": {200: {**RUN, "status": "interrupted", "stop_reason": "INTERRUPTED"}}

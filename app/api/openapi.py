@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from app.api.ag_ui_schema import describe_ag_ui
 from app.api.examples import OPERATIONS, PARAMETERS, problem_example
 from app.api.problems import MEDIA_TYPE
 
@@ -157,6 +158,7 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
     schemas.update(FRAME_SCHEMAS)
     _describe_recovery_object(schemas)
     _describe_memory_items(schemas)
+    describe_ag_ui(document)
     names = {v: k for k, v in RENAMED.items()}
     for path, item in document["paths"].items():
         for operation in item.values():
@@ -282,13 +284,12 @@ def _describe(operation: dict[str, Any], path: str, examples: dict[str, Any]) ->
         if code in examples.get("responses", {}) and "application/json" in content:
             content["application/json"]["example"] = examples["responses"][code]
         if SSE in content:
-            content[SSE] = {
-                "schema": {
-                    "$ref": "#/components/schemas/ServerSentEvent",
-                    "description": SSE_DESCRIPTION,
-                },
-                "example": examples.get("stream", ""),
+            # AG-UI streams carry the protocol's frames, not ours: their examples say so.
+            schema = examples.get("stream_schema") or {
+                "$ref": "#/components/schemas/ServerSentEvent",
+                "description": SSE_DESCRIPTION,
             }
+            content[SSE] = {"schema": schema, "example": examples.get("stream", "")}
         if "text" in examples and code == 200:
             for media in content.values():
                 media["example"] = examples["text"]

@@ -167,7 +167,7 @@ def shutdown_frame(last_seq: int) -> ServerSentEvent:
     return ServerSentEvent(event="shutdown", data=json.dumps(body), retry=1000)
 
 
-async def _next_or_shutdown(
+async def next_or_shutdown(
     queue: asyncio.Queue[tuple[str, Any]], shutdown: asyncio.Event
 ) -> tuple[str, Any] | None:
     """The next queued item, or None once `shutdown` is set (whichever comes first)."""
@@ -209,7 +209,7 @@ async def _stream(
                 id=str(event.seq), event=event.type, data=json.dumps(event_json(event))
             )
         while queue is not None:
-            next_item = await _next_or_shutdown(queue, runs.shutdown_event)
+            next_item = await next_or_shutdown(queue, runs.shutdown_event)
             if next_item is None:
                 # The process is shutting down: say so (no id, so Last-Event-ID stays at the
                 # last event sent) and end; the run itself finishes or is interrupted.

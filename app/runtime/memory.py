@@ -55,6 +55,9 @@ class MessageItem(_Strict):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system"]
     content: str | list[ContentPart]
+    # A client's own message id (AG-UI sends its whole history on every call): kept so a
+    # resent message is recognised by id and never appended twice. Absent on older items.
+    id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 class FunctionCallItem(_Strict):

@@ -109,6 +109,8 @@ class RunRequest:
     approval_required: list[str] = field(default_factory=list)
     limits: dict[str, Any] = field(default_factory=dict)
     on_tool_error: str | None = None
+    # The client's id for the input message (AG-UI), stored on its memory item.
+    input_id: str | None = None
 
 
 @dataclass
@@ -329,6 +331,8 @@ class RunManager:
         ]
         if request.input is not None:
             item = {"type": "message", "role": "user", "content": request.input}
+            if request.input_id is not None:
+                item["id"] = request.input_id
             events.append(ev.UserInput(item=item).event(run_id=run_id))
         return events
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,9 @@ def bundle() -> Path:
     return BUNDLE
 
 
-@pytest.fixture(scope="module")
-def frontend(bundle: Path) -> Iterator[str]:
-    """A static file server on its own loopback port: the page, its script, the bundle."""
-    files = {
-        "/": (PAGE / "index.html", "text/html; charset=utf-8"),
-        "/app.js": (PAGE / "app.js", "text/javascript; charset=utf-8"),
-        "/asr-client.js": (bundle, "text/javascript; charset=utf-8"),
-    }
+@contextmanager
+def serve_static(files: dict[str, tuple[Path, str]]) -> Iterator[str]:
+    """A static file server on its own loopback port (another origin): path -> file, type."""
 
     class Static(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -68,9 +64,23 @@ def frontend(bundle: Path) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Static)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def frontend(bundle: Path) -> Iterator[str]:
+    """The page, its script and the bundle, served from another origin."""
+    files = {
+        "/": (PAGE / "index.html", "text/html; charset=utf-8"),
+        "/app.js": (PAGE / "app.js", "text/javascript; charset=utf-8"),
+        "/asr-client.js": (bundle, "text/javascript; charset=utf-8"),
+    }
+    with serve_static(files) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

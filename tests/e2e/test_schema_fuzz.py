@@ -46,6 +46,14 @@ include-operation-id = ["listSessions", "createSession", "forkSession"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
                                                      "5xx"]
 
+# AG-UI (issue #22): a RunAgentInput valid by the protocol's schema may still name a
+# blueprint this server lacks, carry tool names or call ids longer than memory keeps, or
+# address a thread whose session is busy: 409 or 422, facts beyond the protocol's schema.
+[[operations]]
+include-operation-id = ["runAgUi", "runAgUiAgent"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
+                                                     "5xx"]
+
 [[operations]]
 include-operation-id = ["saveSession", "restoreSession", "delegateTask"]
 checks.positive_data_acceptance.expected-statuses = [

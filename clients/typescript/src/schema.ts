@@ -440,6 +440,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ag-ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI: RunAgentInput in, AG-UI events out (SSE)
+         * @description Run the agent of the thread's session for an AG-UI client (CopilotKit, `@ag-ui/client`'s
+         *     `HttpAgent`) and stream the run as AG-UI events. The agent of a new thread's session is
+         *     `forwardedProps.agent_name` (a blueprint), else the default agent.
+         */
+        post: operations["runAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ag-ui/{agent_name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI for one agent blueprint: RunAgentInput in, AG-UI events out (SSE)
+         * @description Like `POST /v1/ag-ui`, with the new thread's session running blueprint `agent_name`:
+         *     one URL per agent, as CopilotKit's runtime configures its agents.
+         */
+        post: operations["runAgUiAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/processes": {
         parameters: {
             query?: never;
@@ -1967,6 +2010,8 @@ export interface components {
             role: "user" | "assistant" | "system";
             /** Content */
             content: string | (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["FilePart"])[];
+            /** Id */
+            id?: string | null;
         };
         /**
          * MetadataUpdated
@@ -3989,6 +4034,635 @@ export interface components {
             reason: string;
             reconnect: boolean;
             last_seq: number;
+        };
+        /**
+         * ActivityMessage
+         * @description Structured progress that is not conversation content, materialised as a
+         *     message so it keeps its place in the sequence. Stands alone rather than
+         *     composing BaseMessage, because its content is an object rather than a
+         *     string.
+         */
+        AgUiActivityMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "activity";
+            /** Activitytype */
+            activityType: string;
+            /** Content */
+            content: {
+                [key: string]: unknown;
+            };
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AssistantMessage
+         * @description A message from the agent. Content is optional because a turn may consist
+         *     only of tool calls.
+         */
+        AgUiAssistantMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "assistant";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Content
+             * @default null
+             */
+            content?: string | null;
+            /**
+             * Toolcalls
+             * @default null
+             */
+            toolCalls?: components["schemas"]["AgUiToolCall"][] | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AudioPart
+         * @description An audio part.
+         */
+        AgUiAudioPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "audio";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * Context
+         * @description A named piece of ambient information given to the agent for the run,
+         *     distinct from the conversation.
+         */
+        AgUiContext: {
+            /** Description */
+            description: string;
+            /** Value */
+            value: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DataSource
+         * @description Bytes carried inline.
+         */
+        AgUiDataSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "data";
+            /** Value */
+            value: string;
+            /** Mimetype */
+            mimeType: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DeveloperMessage
+         * @description Instructions from the application developer.
+         */
+        AgUiDeveloperMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "developer";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DocumentPart
+         * @description A document part.
+         */
+        AgUiDocumentPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "document";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * FileSource
+         * @description Bytes already at the provider, named by a handle the provider issued: an
+         *     OpenAI or Anthropic file id, a Gemini file URI, a storage URL only that
+         *     provider can read. No bytes travel and nothing is fetched. Only the
+         *     provider that minted the handle can resolve it; a peer that cannot drops
+         *     the part as it drops any part it cannot use.
+         */
+        AgUiFileSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "file";
+            /** Value */
+            value: string;
+            /**
+             * Provider
+             * @default null
+             */
+            provider?: string | null;
+            /**
+             * Mimetype
+             * @default null
+             */
+            mimeType?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * FunctionCall
+         * @description The name and arguments of a tool call.
+         */
+        AgUiFunctionCall: {
+            /** Name */
+            name: string;
+            /** Arguments */
+            arguments: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ImagePart
+         * @description An image part.
+         */
+        AgUiImagePart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "image";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ReasoningMessage
+         * @description A span of the agent's reasoning, materialised as a message. Stands alone
+         *     rather than composing BaseMessage, because it carries no name.
+         */
+        AgUiReasoningMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "reasoning";
+            /** Content */
+            content: string;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ResumeEntry
+         * @description An answer to one interrupt, sent on the run that continues from it.
+         */
+        AgUiResumeEntry: {
+            /** Interruptid */
+            interruptId: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "resolved" | "cancelled";
+            /**
+             * Payload
+             * @default null
+             */
+            payload?: unknown | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * SystemMessage
+         * @description Instructions from the system.
+         */
+        AgUiSystemMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "system";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * TextPart
+         * @description A text part.
+         */
+        AgUiTextPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "text";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Text */
+            text: string;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * Tool
+         * @description A tool the agent may call.
+         */
+        AgUiTool: {
+            /** Name */
+            name: string;
+            /** Description */
+            description: string;
+            /**
+             * Parameters
+             * @default null
+             */
+            parameters?: unknown | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ToolCall
+         * @description A call an assistant message made. Carries no subagent attribution of its
+         *     own and inherits its containing message's, since several calls can share
+         *     one parent.
+         */
+        AgUiToolCall: {
+            /** Id */
+            id: string;
+            /**
+             * Type
+             * @default function
+             * @constant
+             */
+            type?: "function";
+            function: components["schemas"]["AgUiFunctionCall"];
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ToolMessage
+         * @description What a tool returned, as a message in the conversation. Stands alone
+         *     rather than composing BaseMessage, because it carries no name.
+         */
+        AgUiToolMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "tool";
+            /** Content */
+            content: string | (components["schemas"]["AgUiTextPart"] | components["schemas"]["AgUiImagePart"] | components["schemas"]["AgUiAudioPart"] | components["schemas"]["AgUiVideoPart"] | components["schemas"]["AgUiDocumentPart"])[];
+            /** Toolcallid */
+            toolCallId: string;
+            /**
+             * Error
+             * @default null
+             */
+            error?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UrlSource
+         * @description Bytes referenced by URL, fetched by whoever needs them.
+         */
+        AgUiUrlSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "url";
+            /** Value */
+            value: string;
+            /**
+             * Mimetype
+             * @default null
+             */
+            mimeType?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UserMessage
+         * @description A message from the person using the application.
+         */
+        AgUiUserMessage: {
+            /**
+             * Subagentrunid
+             * @default null
+             */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "user";
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Encryptedvalue
+             * @default null
+             */
+            encryptedValue?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string | (components["schemas"]["AgUiTextPart"] | components["schemas"]["AgUiImagePart"] | components["schemas"]["AgUiAudioPart"] | components["schemas"]["AgUiVideoPart"] | components["schemas"]["AgUiDocumentPart"])[];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * VideoPart
+         * @description A video part.
+         */
+        AgUiVideoPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "video";
+            /**
+             * Id
+             * @default null
+             */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["AgUiDataSource"] | components["schemas"]["AgUiUrlSource"] | components["schemas"]["AgUiFileSource"];
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * RunAgentInput
+         * @description A request to run an agent. Also echoed back as RUN_STARTED.input. Only
+         *     threadId, runId and messages are required: those are the three the SDKs
+         *     already agree on, and for tools and context an absent key and an empty
+         *     array mean the same thing, so requiring them would catch nothing a
+         *     producer could get wrong.
+         */
+        AgUiRunAgentInput: {
+            /** Threadid */
+            threadId: string;
+            /** Runid */
+            runId: string;
+            /**
+             * Protocolversion
+             * @default null
+             */
+            protocolVersion?: string | null;
+            /**
+             * Parentrunid
+             * @default null
+             */
+            parentRunId?: string | null;
+            /**
+             * State
+             * @default null
+             */
+            state?: unknown | null;
+            /** Messages */
+            messages: (components["schemas"]["AgUiDeveloperMessage"] | components["schemas"]["AgUiSystemMessage"] | components["schemas"]["AgUiAssistantMessage"] | components["schemas"]["AgUiUserMessage"] | components["schemas"]["AgUiToolMessage"] | components["schemas"]["AgUiActivityMessage"] | components["schemas"]["AgUiReasoningMessage"])[];
+            /**
+             * Tools
+             * @default null
+             */
+            tools?: components["schemas"]["AgUiTool"][] | null;
+            /**
+             * Context
+             * @default null
+             */
+            context?: components["schemas"]["AgUiContext"][] | null;
+            /**
+             * Forwardedprops
+             * @default null
+             */
+            forwardedProps?: unknown | null;
+            /**
+             * Resume
+             * @default null
+             */
+            resume?: components["schemas"]["AgUiResumeEntry"][] | null;
+        } & {
+            [key: string]: unknown;
         };
     };
     responses: never;
@@ -8259,6 +8933,386 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/runs",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runAgUi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1",
+                 *       "runId": "run-1",
+                 *       "messages": [
+                 *         {
+                 *           "id": "msg-1",
+                 *           "role": "user",
+                 *           "content": "hello"
+                 *         }
+                 *       ],
+                 *       "tools": [],
+                 *       "context": [],
+                 *       "state": {},
+                 *       "forwardedProps": {}
+                 *     }
+                 */
+                "application/json": components["schemas"]["AgUiRunAgentInput"];
+            };
+        };
+        responses: {
+            /** @description AG-UI events as Server-Sent Events (`data:` = one AG-UI event JSON) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}
+                     *
+                     *     data: {"type":"STEP_STARTED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo: hello"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}
+                     *
+                     *     data: {"type":"STEP_FINISHED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run-1","result":"echo: hello","outcome":{"type":"success"}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the session's current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:run_in_progress",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "a run is already active on this session",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "run_in_progress"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runAgUiAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1",
+                 *       "runId": "run-1",
+                 *       "messages": [
+                 *         {
+                 *           "id": "msg-1",
+                 *           "role": "user",
+                 *           "content": "hello"
+                 *         }
+                 *       ],
+                 *       "tools": [],
+                 *       "context": [],
+                 *       "state": {},
+                 *       "forwardedProps": {}
+                 *     }
+                 */
+                "application/json": components["schemas"]["AgUiRunAgentInput"];
+            };
+        };
+        responses: {
+            /** @description AG-UI events as Server-Sent Events (`data:` = one AG-UI event JSON) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}
+                     *
+                     *     data: {"type":"STEP_STARTED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo: hello"}
+                     *
+                     *     data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}
+                     *
+                     *     data: {"type":"STEP_FINISHED","stepName":"turn 1"}
+                     *
+                     *     data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run-1","result":"echo: hello","outcome":{"type":"success"}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the session's current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:run_in_progress",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "a run is already active on this session",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "run_in_progress"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui/{agent_name}",
                      *       "code": "database_unavailable"
                      *     }
                      */

@@ -1,0 +1,98 @@
+"""Issue #22 against real servers: with an OpenAI-compatible model (tests/fake_openai.py, over
+HTTP) reasoning streams as AG-UI reasoning events before the text, and a frontend tool's call,
+assembled from fragmented deltas, goes out as TOOL_CALL_* and comes back as a tool message;
+with two replicas, a retried runId is streamed by the one that does not run it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import httpx
+
+from tests.conftest import Server, TenantKey
+from tests.e2e.test_runs import openai_server, replicas  # noqa: F401  (the fixtures)
+
+
+async def ag_ui(http: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    reply = await http.post("/v1/ag-ui", json=body)
+    assert reply.status_code == 200, reply.text
+    return [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
+
+
+def body(thread: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"threadId": thread, "runId": uuid.uuid4().hex, "messages": messages, **extra}
+
+
+async def test_reasoning_text_and_a_frontend_tool_over_ag_ui(
+    openai_server: Server,  # noqa: F811
+    tenant: TenantKey,
+) -> None:
+    async with httpx.AsyncClient(
+        base_url=openai_server.base_url, headers=tenant.headers, timeout=60
+    ) as http:
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        agent = {"provider": "openai", "model": "fake-model"}
+        created = await http.post("/v1/sessions", json={"session_id": thread, "agent": agent})
+        assert created.status_code == 201
+        hello = {"id": "u1", "role": "user", "content": "hello"}
+        events = await ag_ui(http, body(thread, [hello]))
+        kinds = [e["type"] for e in events]
+        assert kinds[:7] == [
+            "RUN_STARTED",
+            "STEP_STARTED",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+        ]
+        assert kinds.count("TEXT_MESSAGE_CONTENT") == 3
+        text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+        assert text == "openai echo: hello" == events[-1]["result"]
+
+        weather = {
+            "name": "weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+        ask = {"id": "u2", "role": "user", "content": "what is the weather?"}
+        asked = await ag_ui(http, body(thread, [hello, ask], tools=[weather]))
+        start = next(e for e in asked if e["type"] == "TOOL_CALL_START")
+        args = next(e for e in asked if e["type"] == "TOOL_CALL_ARGS")["delta"]
+        assert start["toolCallName"] == "weather" and json.loads(args) == {"city": "Paris"}
+        assert asked[-1]["outcome"]["pendingToolCallIds"] == [start["toolCallId"]]
+        answer = {"id": "t1", "role": "tool", "toolCallId": start["toolCallId"], "content": "18C"}
+        done = await ag_ui(http, body(thread, [hello, ask, answer], tools=[weather]))
+        assert done[-1]["result"] == "The tool said: 18C"
+
+
+async def test_a_retried_run_id_on_another_replica_streams_the_run_from_the_ledger(
+    replicas: list[Server],  # noqa: F811
+    tenant: TenantKey,
+) -> None:
+    """The retry lands on a replica that does not run the run: it finds the run by the
+    runId's key and streams it from the table until RUN_FINISHED (no second run)."""
+    a, b = replicas
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    request = body(thread, [{"id": "u1", "role": "user", "content": "[sleep:1500] [words:3]"}])
+    async with (
+        httpx.AsyncClient(base_url=a.base_url, headers=tenant.headers, timeout=60) as on_a,
+        httpx.AsyncClient(base_url=b.base_url, headers=tenant.headers, timeout=60) as on_b,
+    ):
+        first = asyncio.create_task(ag_ui(on_a, request))
+        for _ in range(300):  # bounded: until replica A has started the run
+            listed = await on_b.get(f"/v1/sessions/{thread}/runs")
+            if listed.status_code == 200 and listed.json()["data"]:
+                break
+            await asyncio.sleep(0.02)
+        retried = await ag_ui(on_b, request)
+        original = await first
+    assert retried[0]["metadata"]["asr_run_id"] == original[0]["metadata"]["asr_run_id"]
+    for events in (original, retried):
+        text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+        assert text == "word1 word2 word3" and events[-1]["type"] == "RUN_FINISHED"
+    async with httpx.AsyncClient(base_url=a.base_url, headers=tenant.headers) as api:
+        assert len((await api.get(f"/v1/sessions/{thread}/runs")).json()["data"]) == 1
