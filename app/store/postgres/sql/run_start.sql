@@ -2,7 +2,7 @@
 -- run holds it, and, with p_expected_*, only when it is still the version the caller's cached
 -- view holds) with its seq reservation, the run row (written once, already running), the
 -- start events, and the Idempotency-Key if any, all in one transaction. Refusals are AS0xx
--- exceptions, mapped onto domain errors by app/store/pgfunctions.py: AS001 too many live
+-- exceptions, mapped onto domain errors by app/store/postgres/calls.py: AS001 too many live
 -- runs, AS002 no session, AS003 another run is active, AS005 the session changed, AS006 the
 -- key was taken by a committed duplicate.
 CREATE OR REPLACE FUNCTION asr_run_start(
