@@ -34,15 +34,17 @@ EXAMPLES = os.environ.get("ASR_FUZZ_EXAMPLES", "10")
 # list lacks both. Valid data may still be refused for what no schema can say, on these
 # operations only: a list cursor is an opaque token the service issued (422 for one it did
 # not); If-Match names a version the fuzzer cannot know (412); `agent_name` must name one of
-# this server's blueprints, `at_seq` must not pass the session's last seq, and a delegation
-# chain may already be as deep as allowed (422, facts of the data, not of the request).
+# this server's blueprints, an agent's `provider` must name one of its model profiles (issue
+# #19), `at_seq` must not pass the session's last seq, and a delegation chain may already be
+# as deep as allowed (422, facts of the data and of the server's configuration, not of the
+# request).
 CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "412", "413", "415",
                      "422", "428", "429", "5xx"]
 
 [[operations]]
-include-operation-id = ["listSessions", "createSession", "forkSession"]
+include-operation-id = ["listSessions", "createSession", "forkSession", "runOnce"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
                                                      "5xx"]
 
