@@ -168,12 +168,13 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
                 **self._snapshot(snapshot),
                 **self._key(idempotency),
             )
-        return self._committed_session(row, arrays, 1, now)
+        return self._committed(row, arrays, now)
 
-    def _committed_session(
-        self, row: Any, arrays: EventArrays, first: int, now: datetime
-    ) -> AppendResult:
+    def _committed(self, row: Any, arrays: EventArrays, now: datetime) -> AppendResult:
+        """What a function call committed: its session row (`o_session`) and `arrays` as
+        events ending at the row's last seq; live readers are woken and metrics told."""
         record = session_from_mapping(row["o_session"])
+        first = record.last_seq - len(arrays.ids) + 1
         written = arrays.written(record.session_id, first, now, row["o_positions"] or [])
         self.committed(record.tenant_id, record.session_id, written)
         return AppendResult(session=record, events=written)
@@ -211,7 +212,7 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
                 **self._key(idempotency),
             )
         # The wake-up names the child's last seq, so it covers the copied prefix too.
-        return self._committed_session(row, arrays, at_seq + 1, now)
+        return self._committed(row, arrays, now)
 
     # ----------------------------------------------------------------- events
 
@@ -430,11 +431,7 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
     def _run_result(
         self, row: Any, arrays: EventArrays, now: datetime
     ) -> tuple[RunRecord, AppendResult]:
-        session = session_from_mapping(row["o_session"])
-        first = session.last_seq - len(arrays.ids) + 1
-        written = arrays.written(session.session_id, first, now, row["o_positions"] or [])
-        self.committed(session.tenant_id, session.session_id, written)
-        return run_from_mapping(row["o_run"]), AppendResult(session=session, events=written)
+        return run_from_mapping(row["o_run"]), self._committed(row, arrays, now)
 
     async def claim_run(
         self,
@@ -517,8 +514,4 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
             )
         if not row["o_closed"]:
             return None
-        session = session_from_mapping(row["o_session"])
-        first = session.last_seq - len(events) + 1
-        written = arrays.written(session.session_id, first, now, row["o_positions"] or [])
-        self.committed(tenant_id, session.session_id, written)
-        return AppendResult(session=session, events=written)
+        return self._committed(row, arrays, now)
