@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from app.runtime.accounts import Accounts
+from app.runtime.access.accounts import Accounts
 from app.runtime.ports import SessionRecord
-from app.runtime.retention import RetentionPolicy, apply_retention
-from app.runtime.service import Limits, SessionRuntime
-from app.runtime.transfer import export_ledger, import_ledger, parse_export
+from app.runtime.session.retention import RetentionPolicy, apply_retention
+from app.runtime.session.service import Limits, SessionRuntime
+from app.runtime.session.transfer import export_ledger, import_ledger, parse_export
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.store import AgentSessionStore, store_for
@@ -217,5 +217,6 @@ async def run_retention(
             "keep_snapshots": policy.keep_snapshots,
             "sessions_erased": len(report.sessions_erased),
             "snapshots_deleted": report.snapshots_deleted,
+            "deliveries_deleted": report.deliveries_deleted,
         },
     )

@@ -1,22 +1,25 @@
-"""The `asr` command: serve, migrate, tenants, keys, sessions, retention.
+"""The `asr` command: serve, migrate, tenants, keys, sessions, schedules, retention.
 
-Argument parsing and dispatch only; the session and retention verbs live in `app.admin`.
+Argument parsing and dispatch only; the session and retention verbs live in `app.admin`,
+the schedule verbs in `app.schedule_admin`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from app import admin
-from app.runtime.accounts import Accounts, key_listing
-from app.runtime.blueprints import BlueprintError, load_blueprints
+from app import admin, schedule_admin
+from app.runtime.access.accounts import Accounts, key_listing
 from app.runtime.errors import AgentSessionError
-from app.runtime.retention import RetentionPolicy
+from app.runtime.runs.blueprints import BlueprintError, load_blueprints
+from app.runtime.schedules.service import MISSED_POLICIES, MULTITASK_POLICIES, ScheduleSpec
+from app.runtime.session.retention import RetentionPolicy
 from app.settings import Settings
 from app.store.engine import make_engine, redacted_url
 from app.store.migrations import upgrade_head
@@ -30,6 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes, each a full replica on the shared port (default ASR_WORKERS, 1; "
+        "PostgreSQL only)",
+    )
 
     sub.add_parser("migrate", help="alembic upgrade head on ASR_DATABASE_URL")
 
@@ -48,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--tenant", required=True)
     rotate.add_argument("key", help="the old key or its prefix")
     _sessions_parser(sub)
+    _schedules_parser(sub)
     retention = sub.add_parser("retention", help="retention policy").add_subparsers(
         dest="action", required=True
     )
@@ -91,6 +102,40 @@ def _sessions_parser(sub: Any) -> None:
     importing.add_argument("--session-id", default=None, help="id of the new session")
 
 
+def _schedules_parser(sub: Any) -> None:
+    verbs = sub.add_parser("schedules", help="schedules: runs on a cron expression or interval")
+    actions = verbs.add_subparsers(dest="action", required=True)
+
+    def verb(name: str, help_text: str, *, with_id: bool = True) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=help_text)
+        parser.add_argument("--tenant", required=True, help="tenant name")
+        if with_id:
+            parser.add_argument("schedule_id")
+        return parser
+
+    verb("list", "schedules, newest first (JSON lines)", with_id=False).add_argument(
+        "--limit", type=int, default=100
+    )
+    verb("show", "one schedule (JSON)")
+    create = verb("create", "create a schedule; prints it (JSON)", with_id=False)
+    target = create.add_mutually_exclusive_group(required=True)
+    target.add_argument("--session", help="run on this session")
+    target.add_argument("--agent", help="run each tick on a new session from this blueprint")
+    cadence = create.add_mutually_exclusive_group(required=True)
+    cadence.add_argument("--cron", help="five fields: minute hour day month weekday")
+    cadence.add_argument("--every", type=int, metavar="SECONDS", help="a tick every N seconds")
+    create.add_argument("--timezone", default="UTC", help="IANA zone the cron is read in")
+    create.add_argument("--input", default=None, help="the input each tick's run gets")
+    create.add_argument("--missed", choices=MISSED_POLICIES, default="skip")
+    create.add_argument("--multitask", choices=MULTITASK_POLICIES, default="skip")
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    verb("pause", "pause a schedule")
+    verb("resume", "resume a paused schedule")
+    verb("delete", "delete a schedule (the runs it started stay)")
+    runs = verb("runs", "what the schedule's ticks did: runs started, ticks skipped")
+    runs.add_argument("--limit", type=int, default=100)
+
+
 def _with_accounts(settings: Settings, action: Callable[[Accounts], Awaitable[Any]]) -> Any:
     async def run() -> Any:
         engine = make_engine(settings)
@@ -115,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "sessions":
         return asyncio.run(_sessions(args, settings))
+    if args.command == "schedules":
+        return asyncio.run(_schedules(args, settings))
     if args.command == "retention":
         return asyncio.run(_retention(args, settings))
     if args.command == "tenant" and args.action == "list":
@@ -125,7 +172,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         print(f"migrated {redacted_url(settings.direct_url)} to head")
         return 0
     if args.command == "serve":
-        return _serve(settings, args.host, args.port)
+        return _serve(settings, args.host, args.port, args.workers or settings.workers)
     if args.command == "tenant":
         tenant = _with_accounts(settings, lambda a: a.create_tenant(args.name))
         print(f"created tenant {tenant.name} ({tenant.tenant_id})")
@@ -201,10 +248,61 @@ async def _sessions(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _schedules(args: argparse.Namespace, settings: Settings) -> int:
+    out = sys.stdout
+    async with admin.toolkit(settings) as kit:
+        if args.action == "list":
+            await schedule_admin.list_schedules(kit, out, tenant=args.tenant, limit=args.limit)
+        elif args.action == "show":
+            await schedule_admin.show_schedule(
+                kit, out, tenant=args.tenant, schedule_id=args.schedule_id
+            )
+        elif args.action == "create":
+            spec = ScheduleSpec(
+                session_id=args.session,
+                agent_name=args.agent,
+                input=args.input,
+                cron=args.cron,
+                timezone=args.timezone,
+                interval_seconds=args.every,
+                missed=args.missed,
+                multitask=args.multitask,
+                paused=args.paused,
+            )
+            blueprints = _blueprints(settings) if args.agent else None
+            await schedule_admin.create_schedule(
+                kit, out, tenant=args.tenant, spec=spec, blueprints=blueprints
+            )
+        elif args.action == "runs":
+            await schedule_admin.list_fires(
+                kit, out, tenant=args.tenant, schedule_id=args.schedule_id, limit=args.limit
+            )
+        else:
+            await schedule_admin.change_schedule(
+                kit, out, tenant=args.tenant, schedule_id=args.schedule_id, action=args.action
+            )
+    return 0
+
+
+def _blueprints(settings: Settings) -> Any:
+    """The agents file's blueprints, checked as the server checks them."""
+    from app.main import build_models, known_tool_names
+
+    return load_blueprints(
+        settings.agents_file,
+        known_tools=known_tool_names(settings),
+        known_profiles=build_models(settings).names(),
+    )
+
+
 async def _retention(args: argparse.Namespace, settings: Settings) -> int:
     idle = args.idle_days if args.idle_days is not None else settings.retention_idle_days
     keep = args.keep_snapshots or settings.retention_keep_snapshots
-    policy = RetentionPolicy(idle_days=idle, keep_snapshots=keep)
+    policy = RetentionPolicy(
+        idle_days=idle,
+        keep_snapshots=keep,
+        webhook_log_days=settings.retention_webhook_log_days,
+    )
     async with admin.toolkit(settings) as kit:
         await admin.run_retention(
             kit, sys.stdout, policy=policy, dry_run=args.dry_run, tenant=args.tenant
@@ -230,20 +328,17 @@ def _open_in(path: str) -> Iterator[TextIO]:
         yield handle
 
 
-def _serve(settings: Settings, host: str | None, port: int | None) -> int:
-    import uvicorn
-
-    from app.main import (
-        begin_shutdown,
-        build_models,
-        configure_logging,
-        create_app,
-        known_tool_names,
-    )
-    from app.runtime.mcp.config import McpConfigError, parse_servers
+def _serve(settings: Settings, host: str | None, port: int | None, workers: int = 1) -> int:
+    from app.main import build_models, configure_logging, known_tool_names
+    from app.runtime.models.file import read_models_file
     from app.runtime.models.profiles import ProfileError
-    from app.runtime.models_file import read_models_file
-    from app.serving import http_protocol, warn_if_cap_exceeds_fd_limit
+    from app.runtime.tools.mcp.config import McpConfigError, parse_servers
+    from app.serving import (
+        Workers,
+        build_server,
+        prepare_workers,
+        warn_if_cap_exceeds_fd_limit,
+    )
 
     configure_logging(settings.log_level, settings.log_format)
     try:
@@ -264,34 +359,26 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     except BlueprintError as exc:
         print(f"asr: invalid ASR_AGENTS_FILE:\n{exc}", file=sys.stderr)
         return 2
+    if workers > 1:
+        refusal = prepare_workers(settings)
+        if refusal is not None:
+            print(f"asr: {refusal}", file=sys.stderr)
+            return 2
     if settings.is_sqlite:
         # The embedded default needs no separate step: bring the file to head on start.
         upgrade_head(settings.database_url)
-    app = create_app(settings)
-
-    class Server(uvicorn.Server):
-        """uvicorn, telling the app at once when SIGTERM/SIGINT starts the drain."""
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            begin_shutdown(app)
-            super().handle_exit(sig, frame)
-
-    config = uvicorn.Config(
-        app,
-        host=host or settings.host,
-        port=port if port is not None else settings.port,
-        log_level=settings.log_level,
-        log_config=None,  # configure_logging already routed uvicorn's loggers
-        access_log=False,  # app.access logs each request with its route and tenant
-        timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
-        # Explicit rather than "auto", so the header-read timeout (issue #17) always applies.
-        http=http_protocol(settings),
-        # Past the cap a complete request head gets a prompt 503 instead of more work.
-        limit_concurrency=settings.max_connections,
-    )
     warn_if_cap_exceeds_fd_limit(settings)
-    Server(config).run()
-    return 0
+    if workers == 1:
+        build_server(settings, host, port).run()
+        return 0
+    if settings.bootstrap_default_tenant:
+        # Once, here: N workers racing to create `default` would fail all but one.
+        key = _with_accounts(settings, lambda a: a.bootstrap())
+        if key is not None:
+            print("Created tenant 'default'. Its API key (shown once):", flush=True)
+            print(key, flush=True)
+        os.environ["ASR_BOOTSTRAP_DEFAULT_TENANT"] = "false"
+    return Workers(settings, workers, host, port).run()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from app.api import (
     memory,
     ops,
     runs,
+    schedules,
     sessions,
     streams,
 )
@@ -41,6 +42,7 @@ from app.api import delegation as delegation_api
 from app.api import models as models_api
 from app.api import processes as processes_api
 from app.api import tools as tools_api
+from app.api import webhooks as webhooks_api
 from app.api.access import AccessMiddleware
 from app.api.cors import install_cors
 from app.api.limits import BodyLimitMiddleware
@@ -48,30 +50,36 @@ from app.api.metrics import Metrics
 from app.api.openapi import install_openapi, operation_id
 from app.api.problems import install_problem_handlers
 from app.api.revocation import StreamRevocationMiddleware
+from app.api.run_stream import RunStreams
 from app.api.sse_response import StreamSlots
 from app.logs import configure_logging
-from app.runtime.accounts import Accounts
-from app.runtime.blueprints import load_blueprints
-from app.runtime.delegation import DELEGATE, Delegator, delegate_tool
-from app.runtime.mcp.catalog import McpCatalog
-from app.runtime.mcp.config import parse_servers
+from app.runtime.access.accounts import Accounts
+from app.runtime.access.revocation import RevocationWatch
+from app.runtime.access.stream_tokens import StreamTokens
+from app.runtime.models.file import ModelsFile, read_models_file
 from app.runtime.models.profiles import build_profiles
 from app.runtime.models.registry import ModelRegistry
-from app.runtime.models_file import ModelsFile, read_models_file
-from app.runtime.processes import ProcessManager
-from app.runtime.redaction import Redactor
-from app.runtime.revocation import RevocationWatch
-from app.runtime.runs import RunManager
-from app.runtime.service import Limits, SessionRuntime
-from app.runtime.shell import SHELL, shell_tool
-from app.runtime.stream_tokens import StreamTokens
-from app.runtime.tools import ToolContext, ToolRegistry
-from app.runtime.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
+from app.runtime.runs.blueprints import load_blueprints
+from app.runtime.runs.delegation import DELEGATE, Delegator, delegate_tool
+from app.runtime.runs.manager import RunManager
+from app.runtime.schedules.service import Scheduler, SchedulerTiming
+from app.runtime.session.redaction import Redactor
+from app.runtime.session.service import Limits, SessionRuntime
+from app.runtime.tools.mcp.catalog import McpCatalog
+from app.runtime.tools.mcp.config import parse_servers
+from app.runtime.tools.processes import ProcessManager
+from app.runtime.tools.registry import ToolContext, ToolRegistry
+from app.runtime.tools.shell import SHELL, shell_tool
+from app.runtime.tools.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
+from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
+from app.runtime.webhooks.service import Webhooks
+from app.runtime.webhooks.targets import TargetPolicy, parse_networks
 from app.settings import Settings, get_settings, split_origins
 from app.store.bus import make_bus
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
-from app.store.store import store_for
+from app.store.outage import OUTAGES
+from app.store.store import AgentSessionStore, store_for
 from app.tracing import configure_tracing
 from app.ui import router as ui_router
 
@@ -167,7 +175,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.delegator = delegator
         runs = RunManager(
             runtime,
-            store,
             models=models,
             tools=tools,
             lease_seconds=settings.run_lease_seconds,
@@ -176,9 +183,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             redactor=redactor,
             max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
             max_runs_per_minute=settings.max_runs_per_minute,
+            control=bus,
         )
         app.state.runs = runs
+        app.state.run_streams = RunStreams(bus, runtime, settings, app.state.shutdown_event)
         delegator.attach(runs)
+        scheduler = Scheduler(
+            store,
+            runtime,
+            runs,
+            blueprints=app.state.blueprints,
+            timing=SchedulerTiming(
+                poll_seconds=settings.schedule_poll_seconds,
+                claim_seconds=settings.schedule_claim_seconds,
+                misfire_grace_seconds=settings.schedule_misfire_grace_seconds,
+            ),
+            observer=metrics,
+        )
+        app.state.scheduler = scheduler
         if settings.bootstrap_default_tenant:
             key = await app.state.accounts.bootstrap()
             if key is not None:
@@ -186,10 +208,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 print("Created tenant 'default'. Its API key (shown once):", flush=True)
                 print(key, flush=True)
         runs.start_sweeper()
+        targets = TargetPolicy(parse_networks(settings.webhook_allow_networks))
+        app.state.webhooks = Webhooks(
+            store, targets=targets, max_per_tenant=settings.webhook_max_per_tenant
+        )
+        deliverer = build_deliverer(settings, store, targets, owner=runs.owner, observer=metrics)
+        if deliverer is not None:
+            deliverer.start()
+        if settings.schedules_enabled:
+            scheduler.start()
         try:
             yield
         finally:
             app.state.shutdown_event.set()
+            if deliverer is not None:
+                await deliverer.stop()
+            await scheduler.stop()  # before the runs: no tick starts a run during the drain
             await revocations.stop()
             await runs.shutdown(grace_seconds=5.0)
             await catalog.close()  # stdio MCP servers stop with the service
@@ -214,7 +248,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.stream_tokens = _stream_tokens(settings)
     app.state.metrics = metrics
     app.state.shutdown_event = asyncio.Event()
-    install_problem_handlers(app)
+    install_problem_handlers(app, outages=OUTAGES)
     if settings.otel_enabled:
         app.state.tracer_provider = configure_tracing(settings, app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
@@ -225,6 +259,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         memory.router,
         runs.router,
         runs.oneshot,
+        schedules.router,
         ag_ui.router,
         processes_api.router,
         delegation_api.router,
@@ -234,6 +269,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         agents.router,
         models_api.router,
         event_types.router,
+        webhooks_api.router,
         ops.router,
         ui_router,
         docs.router,
@@ -316,6 +352,29 @@ def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManag
         secrets=tuple(s for s in masked if len(s) >= 4),
     )
     return ProcessManager(runtime, policy)
+
+
+def build_deliverer(
+    settings: Settings,
+    store: AgentSessionStore,
+    targets: TargetPolicy,
+    *,
+    owner: str,
+    observer: Metrics | None,
+) -> Deliverer | None:
+    """This replica's webhook deliverer, or None when the operator turned it off here."""
+    if not settings.webhooks_enabled:
+        return None
+    policy = DeliveryPolicy(
+        timeout_seconds=settings.webhook_timeout_seconds,
+        max_response_bytes=settings.webhook_max_response_bytes,
+        retry_window_seconds=settings.webhook_retry_window_seconds,
+        backoff_base_seconds=settings.webhook_backoff_base_seconds,
+        backoff_cap_seconds=settings.webhook_backoff_cap_seconds,
+        poll_seconds=settings.webhook_poll_seconds,
+        batch=settings.webhook_batch,
+    )
+    return Deliverer(store, owner=owner, targets=targets, policy=policy, observer=observer)
 
 
 def _stream_tokens(settings: Settings) -> StreamTokens:

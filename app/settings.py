@@ -6,6 +6,7 @@ build their own instead of patching the environment.
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,13 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Processes `asr serve` runs, each a full replica with its own database "
+        "pool (PostgreSQL only; SQLite has one writer). In a container: its CPU limit in cores.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = Field(
         default="json", description="`json`: one JSON object a line; `text`: for a terminal."
@@ -67,8 +75,24 @@ class Settings(BaseSettings):
         description="Where spans go: OTLP over HTTP (OTEL_EXPORTER_OTLP_* settings), the "
         "console, or nowhere (for a caller that adds its own processor).",
     )
-    db_pool_size: int = Field(default=20, ge=1, le=200)
-    db_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_pool_size: int = Field(
+        default=20,
+        ge=1,
+        le=200,
+        description="Database connections each worker keeps: about 2 per request it serves "
+        "at once (one for the request, one for its run), plus 8.",
+    )
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = Field(
+        default="NORMAL",
+        description="SQLite's `PRAGMA synchronous` (always in WAL mode). NORMAL (default): "
+        "no fsync per commit; the database never corrupts and a crash of the process (kill "
+        "-9) loses no acknowledged write, but an OS crash or power cut may undo the last "
+        "ones. FULL: a write is acknowledged only once it is on disk (one fsync per commit, "
+        "shared by the writes group commit batches together). OFF / EXTRA: as SQLite says.",
+    )
+    db_max_overflow: int = Field(
+        default=10, ge=0, le=200, description="Extra connections a worker may open at a peak."
+    )
     snapshot_every: int = Field(
         default=200,
         ge=1,
@@ -101,6 +125,28 @@ class Settings(BaseSettings):
     )
     run_sweep_seconds: float = Field(
         default=5.0, gt=0, description="How often each replica looks for expired run leases."
+    )
+    schedules_enabled: bool = Field(
+        default=True,
+        description="Run the scheduler on this replica (every replica may; each tick fires once).",
+    )
+    schedule_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How often each replica looks for due schedule ticks.",
+    )
+    schedule_claim_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a replica's claim of a tick holds; a tick whose claimer died is "
+        "fired again (under the same Idempotency-Key) after it.",
+    )
+    schedule_misfire_grace_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A tick later than this is missed: the schedule's `missed` policy skips "
+        "it or fires once for all missed ticks.",
     )
     run_wait_seconds: float = Field(
         default=600.0, gt=0, description="Longest a `mode: wait` request waits for its run."
@@ -203,6 +249,13 @@ class Settings(BaseSettings):
     sse_listen_keepalive_seconds: float = Field(
         default=5.0, gt=0, le=60, description="How often the LISTEN connection is checked."
     )
+    sse_delta_flush_ms: int = Field(
+        default=25,
+        ge=1,
+        le=1000,
+        description="PostgreSQL: token deltas go to other replicas at most this often per "
+        "session (coalesced into one NOTIFY, split at PostgreSQL's 8000-byte limit).",
+    )
     sse_handoff_delay_ms: int = Field(
         default=0, ge=0, le=5000, description="Test-only fault point between subscribe and replay."
     )
@@ -242,6 +295,67 @@ class Settings(BaseSettings):
     retention_keep_snapshots: int = Field(
         default=3, ge=1, description="`asr retention run` keeps this many newest snapshots."
     )
+    retention_webhook_log_days: int | None = Field(
+        default=30,
+        ge=1,
+        description="`asr retention run` drops delivered and failed webhook deliveries older "
+        "than this many days from the delivery log; unset keeps them all.",
+    )
+    webhooks_enabled: bool = Field(
+        default=True,
+        description="Run the webhook deliverer on this replica: it claims due deliveries from "
+        "the outbox and sends them. Any number of replicas may run it at once.",
+    )
+    webhook_allow_networks: str = Field(
+        default="",
+        description="Comma-separated networks (CIDR) webhooks may reach although they are not "
+        "public, e.g. `10.20.0.0/16` for an internal receiver. Unset: loopback, private, "
+        "link-local and other non-public addresses are refused (SSRF).",
+    )
+    webhook_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=120,
+        description="Time limit of one delivery attempt, connection to last byte read.",
+    )
+    webhook_max_response_bytes: int = Field(
+        default=65_536,
+        ge=0,
+        le=10_485_760,
+        description="At most this much of a receiver's answer is read (only its status counts).",
+    )
+    webhook_retry_window_seconds: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="A delivery is retried (exponential backoff, jitter) this long after its "
+        "first attempt; then it is marked failed and its subscription disabled.",
+    )
+    webhook_backoff_base_seconds: float = Field(
+        default=5.0, gt=0, description="Delay ceiling after the first failed attempt; doubles."
+    )
+    webhook_backoff_cap_seconds: float = Field(
+        default=3_600.0, gt=0, description="Largest delay ceiling between two attempts."
+    )
+    webhook_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How often an idle deliverer looks for due deliveries.",
+    )
+    webhook_batch: int = Field(
+        default=8, ge=1, le=256, description="Deliveries one replica attempts at once."
+    )
+    webhook_max_per_tenant: int = Field(
+        default=100, ge=1, description="Webhook subscriptions one tenant may have."
+    )
+
+    @field_validator("webhook_allow_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        for part in (p.strip() for p in value.split(",")):
+            if part:
+                ipaddress.ip_network(part)  # raises ValueError with the reason
+        return value
 
     @field_validator("database_url", "database_direct_url")
     @classmethod

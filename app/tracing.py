@@ -15,7 +15,7 @@ Attributes are bounded and carry no payloads or secrets.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,16 +28,18 @@ except ImportError:  # pragma: no cover - exercised where the extra is absent
 
 SERVICE_NAME = "agent-session-runtime"
 _UNTRACED = "healthz,readyz,metrics"
+# One shared no-op context (reusable): a run's every write asks for a span.
+_NO_SPAN = contextlib.nullcontext()
+# Set by `configure_tracing`. Before it, the API's proxy would record nothing, at the cost of
+# a provider lookup (an environment read), a tracer and a non-recording span per call.
+_recording = False
 
 
-@contextlib.contextmanager
-def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
+def span(name: str, **attributes: str | int | float | bool) -> AbstractContextManager[Any]:
     """A span around the block (no-op without the extra or before configuration)."""
-    if _trace is None:
-        yield
-        return
-    with _trace.get_tracer("app").start_as_current_span(name, attributes=attributes):
-        yield
+    if not _recording or _trace is None:
+        return _NO_SPAN
+    return _trace.get_tracer("app").start_as_current_span(name, attributes=attributes)
 
 
 class TracingUnavailable(RuntimeError):
@@ -71,6 +73,8 @@ def configure_tracing(settings: Settings, app: Any) -> Any:
         elif settings.otel_exporter == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         trace.set_tracer_provider(provider)
+    global _recording
+    _recording = True
     FastAPIInstrumentor.instrument_app(
         app, tracer_provider=provider, excluded_urls=_UNTRACED, exclude_spans=["receive", "send"]
     )

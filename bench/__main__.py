@@ -30,8 +30,11 @@ BENCHES = (
     "load_full",
     "load_state",
     "fork",
+    "runtime",
     "http_run",
     "sse_fanout",
+    "cancel_cross_replica",
+    "delta_fanout",
     "scale",
 )
 
@@ -43,9 +46,17 @@ TARGETS: list[tuple[str, str]] = [
     ("load_full_20000", "ratio <= 1.3"),
     ("fork_latest_20000", "ratio <= 2"),
     ("fork_mid_20000", "ratio <= 2"),
-    ("http_run_fresh", "ratio >= 0.12 (aim 0.2), p99 < 50 ms"),
+    ("rt_append_seq", "ratio >= 0.7 (SQLite: >= 0.5)"),
+    ("rt_append_conc", "ratio >= 1.0 (SQLite: >= 0.5)"),
+    ("rt_read_full_20000", "ratio <= 1.2"),
+    ("rt_fork_latest_20000", "ratio <= 1.5"),
+    ("http_run_fresh", "ratio >= 0.5 of the same-writes handler, p99 <= 3x p50"),
     ("http_run_1000", "<= 1.2x slower than fresh (runs/s and p99)"),
+    ("http_run_stream_cpu", "ratio <= 1.3"),
+    ("http_run_workers2", "ratio >= 1.5 (2 cores)"),
     ("sse_fanout_500", "p99 < 100 ms"),
+    ("cancel_cross_replica", "p99 < 1 s (cancel on B -> waiting client on A released)"),
+    ("delta_fanout", "remote p99 < 100 ms, 0 deltas missing or out of order"),
     ("scale_append_seq", "within 1.5x of the small table"),
     ("scale_load_state_100000", "within 1.5x of the small table"),
 ]
@@ -99,6 +110,11 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 add(await bench.load_state())
             if "fork" in only:
                 add(await bench.fork())
+            if "runtime" in only:
+                from bench.runtime_bench import RuntimeBench
+
+                rt = RuntimeBench(bench.store, bench.raw, bench.tenant, sizes)
+                add(await rt.run(log))
             if "http_run" in only:
                 from bench.http_run import http_run
 
@@ -107,6 +123,17 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 from bench.sse_run import sse_fanout_figures
 
                 add(await sse_fanout_figures(url, sizes, log))
+            if "cancel_cross_replica" in only:
+                if backend == "pg":
+                    from bench.cancel_cross import cancel_cross_replica
+
+                    add(await cancel_cross_replica(url, sizes, log, workdir))
+                else:
+                    log("  cancel_cross_replica: PostgreSQL only (replicas share one database)")
+            if "delta_fanout" in only and backend == "pg":
+                from bench.delta_run import delta_fanout_figures
+
+                add(await delta_fanout_figures(url, sizes, log))
             if "scale" in only:
                 add(await bench.scale(small))
         finally:

@@ -12,6 +12,7 @@ import json
 from datetime import UTC, datetime
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.base import NO_TENANT
 from app.store.store import AgentSessionStore
@@ -47,21 +48,43 @@ _BUMP = text(
 )
 
 
+_SQLITE_POSITIONS = text(
+    "INSERT INTO counters (name, value) VALUES ('event_position', :n)"
+    " ON CONFLICT (name) DO UPDATE SET value = value + :n RETURNING value"
+)
+
+
+async def _reserve_positions(conn: AsyncConnection, n: int) -> int:
+    """SQLite: reserve `n` global positions as the store does (its `counters` row); the
+    highest is returned."""
+    return int((await conn.execute(_SQLITE_POSITIONS, {"n": n})).scalar_one())
+
+
 def _sqlite_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-async def fill(store: AgentSessionStore, tenant: str, session: str, lo: int, hi: int) -> None:
-    """Insert events lo..hi (inclusive) of an existing session whose last seq is lo - 1."""
+async def fill(
+    store: AgentSessionStore,
+    tenant: str,
+    session: str,
+    lo: int,
+    hi: int,
+    *,
+    event: tuple[str, str] | None = None,
+) -> None:
+    """Insert events lo..hi (inclusive) of an existing session whose last seq is lo - 1:
+    the benchmark's STEP_END events, or `event` = (type, payload JSON text)."""
     if hi < lo:
         return
+    kind, template = event or (str(EVENT_TYPE), _TEMPLATE)
     params = {
         "tenant": tenant,
         "session": session,
         "lo": lo,
         "hi": hi,
-        "type": str(EVENT_TYPE),
-        "template": _TEMPLATE,
+        "type": kind,
+        "template": template,
     }
     chunk = 50_000
     for start in range(lo, hi + 1, chunk):
@@ -71,7 +94,7 @@ async def fill(store: AgentSessionStore, tenant: str, session: str, lo: int, hi:
             if store.dialect == "postgresql":
                 await conn.execute(_PG_EVENTS, part)
             else:
-                top = await store._reserve_positions(conn, end - start + 1)
+                top = await _reserve_positions(conn, end - start + 1)
                 base = top - (end - start + 1) - start + 1
                 await conn.execute(_SQLITE_EVENTS, {**part, "base": base, "now": _sqlite_now()})
             await conn.execute(_BUMP, part)
@@ -148,7 +171,7 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
             else:
                 now = _sqlite_now()
                 n = (hi - lo + 1) * per
-                base = await store._reserve_positions(conn, n) - n
+                base = await _reserve_positions(conn, n) - n
                 await conn.execute(_SQLITE_SCALE_SESSIONS, {**params, "now": now})
                 await conn.execute(_SQLITE_SCALE_EVENTS, {**params, "base": base, "now": now})
     async with store.write(NO_TENANT) as conn:

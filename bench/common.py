@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from app.runtime.events import EventType, NewEvent
+from app.runtime.session.events import EventType, NewEvent
 
 EVENT_TYPE = EventType.STEP_END  # folded as a no-op: state size stays flat as ledgers grow
 TEXT = "The quick brown fox jumps over the lazy dog. " * 10
@@ -60,6 +60,9 @@ class Sizes:
     http_preload_events: int = 1000
     sse_subscribers: int = 500
     sse_events: int = 200
+    cancel_runs: int = 60
+    delta_subscribers: int = 50
+    delta_runs: int = 20
     scale_events: int = 1_000_000
     scale_sessions: int = 10_000
 
@@ -82,6 +85,9 @@ class Sizes:
             http_preload_events=100,
             sse_subscribers=5,
             sse_events=10,
+            cancel_runs=5,
+            delta_subscribers=4,
+            delta_runs=2,
             scale_events=20_000,
             scale_sessions=200,
         )

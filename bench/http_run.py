@@ -1,6 +1,9 @@
 """Runs over HTTP: wait-mode runs of the scripted model through a real `asr serve`, driven by
-wrk (a separate process, in C) with 32 connections, next to a bare FastAPI POST endpoint
-served the same way, in the same run.
+wrk (a separate process, in C) with 32 connections, next to two baselines served the same
+way in the same run: the real limit, a bare FastAPI handler that makes exactly the writes an
+echo run makes through the bare driver (`bench.bare_app --writes`: the same stored functions
+on PostgreSQL, the same statements on SQLite), which every run figure is a ratio to; and a
+bare FastAPI POST returning a constant (the HTTP stack alone), kept in each figure's extra.
 
 Twice: on fresh sessions, and on sessions already holding about 1,000 events (forks of a
 session that ran scripted runs until its ledger reached that size, so their history is real:
@@ -24,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import Figure, Sizes, median
-from bench.sse_fanout import ROOT, Server, _tenant_key, start_server, stop_server
+from bench.common import Figure, Sizes, asyncpg_dsn, median
+from bench.sse_fanout import ROOT, Server, start_server, stop_server
 
 LUA = Path(__file__).with_name("runs.lua")
 RUN_BODY = {"input": "hello", "mode": "wait"}
@@ -37,10 +40,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_bare(log_path: Path) -> Server:
+def start_bare(log_path: Path, *args: str) -> Server:
+    """`bench.bare_app` on a free port (`args`: `--writes URL --tenant T --events FILE`)."""
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.bare_app", str(port)],
+        [sys.executable, "-m", "bench.bare_app", str(port), *args],
         cwd=ROOT,
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
@@ -117,10 +121,102 @@ async def _template(http: httpx.AsyncClient, events: int) -> str:
     return str(sid)
 
 
+async def _tenant(database_url: str) -> tuple[str, str]:
+    """A new tenant's id and an API key of it."""
+    from app.runtime.access.accounts import Accounts
+    from app.settings import Settings
+    from app.store.engine import make_engine
+    from app.store.store import store_for
+
+    engine = make_engine(Settings(database_url=database_url))
+    try:
+        accounts = Accounts(store_for(engine))
+        name = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+        tenant = await accounts.create_tenant(name)
+        raw, _ = await accounts.create_key(name)
+        return tenant.tenant_id, raw
+    finally:
+        await engine.dispose()
+
+
+async def record_run(http: httpx.AsyncClient, path: Path) -> None:
+    """Write to `path` the three event batches (start, request step, response and end) a
+    real echo run committed, with its run id as a placeholder: the same-writes baseline
+    inserts exactly these rows."""
+    from bench.bare_app import RUN
+
+    sid = (await http.post("/v1/sessions", json={})).json()["session_id"]
+    run = (await http.post(f"/v1/sessions/{sid}/runs", json=RUN_BODY)).json()
+    run_id = run["run_id"]
+    page = await http.get(f"/v1/sessions/{sid}/events", params={"run_id": run_id})
+    batches: list[list[dict[str, Any]]] = [[], [], []]
+    index = 0
+    for event in page.json()["data"]:
+        if event["type"] == "STEP_START" or (index == 1 and event["type"] == "MODEL_RESPONSE"):
+            index += 1
+        payload = json.dumps(event["payload"], separators=(",", ":"), ensure_ascii=False)
+        turn = event["turn_id"]
+        batches[index].append(
+            {
+                "type": event["type"],
+                "turn_id": turn.replace(run_id, RUN) if turn else None,
+                "payload": payload.replace(run_id, RUN),
+            }
+        )
+    options = {"multitask": "reject", "client_tools": [], "approval_required": [],
+               "limits": {}, "on_tool_error": None}  # fmt: skip
+    doc = {"batches": batches, "options": options, "usage": run["usage"], "output": run["output"]}
+    await asyncio.to_thread(path.write_text, json.dumps(doc))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and its children processes
+    (a `--workers` supervisor's workers)."""
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return total
+    return total + sum(cpu_seconds(int(child)) for child in children)
+
+
+# (label, server, run mode, sessions): what each repetition measures, in this order.
+_MEASURED = (
+    ("writes", "writes", "wait", "fresh"),
+    ("fresh", "server", "wait", "fresh"),
+    ("1000", "server", "wait", "1000"),
+    ("stream", "server", "stream", "fresh"),
+    ("workers1", "server", "wait", "fresh"),
+    ("workers2", "workers2", "wait", "fresh"),
+)
+
+
+async def vacuum(url: str) -> None:
+    """`VACUUM (ANALYZE)` the tables that every run rewrites, on PostgreSQL.
+
+    A server with autovacuum off (this machine's CI configuration) never cleans them during
+    the bench: the dead index entries that each phase leaves in `runs` are walked by the
+    live-run count of every later run start, our server's and the same-writes handler's
+    alike, so throughput fell phase by phase (about 3x within one run) and a ratio depended
+    on the order of the phases. Each phase starts vacuumed, as under autovacuum.
+    """
+    if not url.startswith("postgresql"):
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(asyncpg_dsn(url), timeout=10)
+    try:
+        await conn.execute("VACUUM (ANALYZE) runs, sessions")
+    finally:
+        await conn.close()
+
+
 async def http_run(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figure]:
     if shutil.which("wrk") is None:
         raise RuntimeError("http_run needs wrk (Debian: apt-get install -y wrk)")
-    key = await _tenant_key(url)
+    tenant_id, key = await _tenant(url)
     clients = sizes.http_clients
     env = {
         "ASR_LOG_LEVEL": "warning",
@@ -132,75 +228,117 @@ async def http_run(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
         # with 40, at 32 clients), which measures connection set-up, not the service.
         "ASR_DB_POOL_SIZE": str(2 * clients + 8),
     }
-    server = await asyncio.to_thread(start_server, url, workdir / "server.log", **env)
-    bare = await asyncio.to_thread(start_bare, workdir / "bare.log")
+    servers: dict[str, Server] = {}
     pool = clients * 4
-    results: dict[str, list[dict[str, Any]]] = {"bare": [], "fresh": [], "1000": []}
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in _MEASURED}
+    results["bare"] = []
     try:
+        servers["server"] = await asyncio.to_thread(
+            start_server, url, workdir / "server.log", **env
+        )
+        servers["bare"] = await asyncio.to_thread(start_bare, workdir / "bare.log")
+        if url.startswith("postgresql"):
+            # The docs' rule: each worker's pool sized for its share of the clients.
+            per_worker = {**env, "ASR_DB_POOL_SIZE": str(2 * (clients // 2) + 8)}
+            servers["workers2"] = await asyncio.to_thread(
+                start_server, url, workdir / "workers2.log", workers=2, **per_worker
+            )
         headers = {"Authorization": f"Bearer {key}"}
-        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=60) as h:
+        base_url = servers["server"].base_url
+        async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60) as h:
+            recorded = workdir / "echo-run.json"
+            await record_run(h, recorded)
+            servers["writes"] = await asyncio.to_thread(
+                start_bare,
+                workdir / "bare-writes.log",
+                *("--writes", url, "--tenant", tenant_id, "--events", str(recorded)),
+                *("--pool-size", env["ASR_DB_POOL_SIZE"]),
+            )
             template = await _template(h, sizes.http_preload_events)
             preload = (await h.get(f"/v1/sessions/{template}")).json()["last_seq"]
             log(f"  http_run: template session holds {preload} events")
-            files = {}
-            for label, tmpl in (("fresh", None), ("1000", template)):
-                ids = await _sessions(h, pool, tmpl)
-                files[label] = workdir / f"sessions-{label}.txt"
-                files[label].write_text("\n".join(ids) + "\n")
-            base_env = {"ASR_BENCH_KEY": key, "ASR_BENCH_MODE": "runs"}
+            session_file = workdir / "sessions.txt"
+
+            async def measure(
+                target: str, mode: str, sessions: str, seconds: float
+            ) -> dict[str, Any]:
+                # New sessions every time, so "fresh" stays fresh.
+                ids = await _sessions(h, pool, template if sessions == "1000" else None)
+                await asyncio.to_thread(session_file.write_text, "\n".join(ids) + "\n")
+                run_env = {
+                    "ASR_BENCH_KEY": key,
+                    "ASR_BENCH_MODE": "runs",
+                    "ASR_BENCH_RUN_MODE": mode,
+                    "ASR_BENCH_SESSIONS": str(session_file),
+                }
+                await vacuum(url)
+                server = servers[target]
+                cpu = cpu_seconds(server.process.pid)
+                stats = await _wrk(server.base_url, seconds, clients, run_env)
+                ok = max(1, stats["requests"] - stats["status_errors"])
+                stats["cpu_ms_per_run"] = (cpu_seconds(server.process.pid) - cpu) * 1000 / ok
+                return stats
+
             bare_env = {"ASR_BENCH_MODE": "bare"}
-            # Warm both servers (imports, pools, caches), then alternate the measurements.
-            await _wrk(bare.base_url, sizes.http_warmup_seconds, clients, bare_env)
-            await _wrk(
-                server.base_url,
-                sizes.http_warmup_seconds,
-                clients,
-                {**base_env, "ASR_BENCH_SESSIONS": str(files["fresh"])},
-            )
+            # Warm every server (imports, pools, caches), then alternate the measurements.
+            warm = sizes.http_warmup_seconds
+            await _wrk(servers["bare"].base_url, warm, clients, bare_env)
+            for target in ("writes", "server", "workers2"):
+                if target in servers:
+                    await measure(target, "wait", "fresh", warm)
             for rep in range(sizes.repeats):
                 results["bare"].append(
-                    await _wrk(bare.base_url, sizes.http_seconds, clients, bare_env)
+                    await _wrk(servers["bare"].base_url, sizes.http_seconds, clients, bare_env)
                 )
-                for label in ("fresh", "1000"):
-                    # New sessions for every repetition, so "fresh" stays fresh.
-                    tmpl = None if label == "fresh" else template
-                    ids = await _sessions(h, pool, tmpl)
-                    files[label].write_text("\n".join(ids) + "\n")
-                    stats = await _wrk(
-                        server.base_url,
-                        sizes.http_seconds,
-                        clients,
-                        {**base_env, "ASR_BENCH_SESSIONS": str(files[label])},
-                    )
+                for label, target, mode, sessions in _MEASURED:
+                    if target not in servers:
+                        continue
+                    stats = await measure(target, mode, sessions, sizes.http_seconds)
                     results[label].append(stats)
                     log(f"  http_run {label} rep {rep}: {stats}")
     finally:
-        await asyncio.to_thread(stop_server, server)
-        await asyncio.to_thread(stop_server, bare)
+        for server in servers.values():
+            await asyncio.to_thread(stop_server, server)
+    return _figures(results, clients, preload)
 
+
+def _figures(results: dict[str, list[dict[str, Any]]], clients: int, preload: int) -> list[Figure]:
     def med(label: str, key: str) -> float:
         return median([float(r[key]) for r in results[label]])
 
+    def samples(label: str) -> list[float]:
+        return [r["ok_per_s"] for r in results[label]]
+
+    def latency(label: str, baseline: str) -> dict[str, Any]:
+        return {
+            "clients": clients,
+            "p50_ms": med(label, "p50_us") / 1000,
+            "p99_ms": med(label, "p99_us") / 1000,
+            "p99_over_p50": round(med(label, "p99_us") / max(med(label, "p50_us"), 1), 2),
+            "baseline_p99_ms": med(baseline, "p99_us") / 1000,
+            "cpu_ms_per_run": round(med(label, "cpu_ms_per_run"), 2),
+            "status_errors": sum(r["status_errors"] for r in results[label]),
+            "socket_errors": sum(r["errors"] for r in results[label]),
+        }
+
     bare_rps = med("bare", "ok_per_s")
+    writes_rps = med("writes", "ok_per_s")
     figures = []
-    for label, name in (("fresh", "http_run_fresh"), (f"{1000}", "http_run_1000")):
+    for label, name in (("fresh", "http_run_fresh"), ("1000", "http_run_1000")):
         figures.append(
             Figure(
                 name,
                 "runs/s",
                 med(label, "ok_per_s"),
-                bare_rps,
-                "bare FastAPI POST, same uvicorn setup, same wrk",
+                writes_rps,
+                "bare FastAPI handler making the same writes with the bare driver",
                 True,
-                [r["ok_per_s"] for r in results[label]],
-                [r["ok_per_s"] for r in results["bare"]],
+                samples(label),
+                samples("writes"),
                 {
-                    "clients": clients,
-                    "p50_ms": med(label, "p50_us") / 1000,
-                    "p99_ms": med(label, "p99_us") / 1000,
-                    "baseline_p99_ms": med("bare", "p99_us") / 1000,
-                    "status_errors": sum(r["status_errors"] for r in results[label]),
-                    "socket_errors": sum(r["errors"] for r in results[label]),
+                    **latency(label, "writes"),
+                    "bare_post_per_s": round(bare_rps, 1),
+                    "ratio_to_bare_post": round(med(label, "ok_per_s") / bare_rps, 4),
                     **({"preloaded_events": preload} if label == "1000" else {}),
                 },
             )
@@ -219,4 +357,31 @@ async def http_run(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
             },
         )
     )
+    figures.append(
+        Figure(
+            "http_run_stream_cpu",
+            "ms CPU/run",
+            med("stream", "cpu_ms_per_run"),
+            med("fresh", "cpu_ms_per_run"),
+            "the server's CPU per wait-mode run, this run",
+            False,
+            [r["cpu_ms_per_run"] for r in results["stream"]],
+            [r["cpu_ms_per_run"] for r in results["fresh"]],
+            {**latency("stream", "fresh"), "runs_per_s": round(med("stream", "ok_per_s"), 1)},
+        )
+    )
+    if results["workers2"]:
+        figures.append(
+            Figure(
+                "http_run_workers2",
+                "runs/s",
+                med("workers2", "ok_per_s"),
+                med("workers1", "ok_per_s"),
+                "asr serve --workers 1, same load, this run",
+                True,
+                samples("workers2"),
+                samples("workers1"),
+                latency("workers2", "workers1"),
+            )
+        )
     return figures

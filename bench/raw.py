@@ -35,17 +35,22 @@ _SQLITE_DDL = [
 ]
 
 
-def _row(tenant: str, session: str, seq: int) -> tuple[Any, ...]:
+# An event to write instead of the benchmark's STEP_END: (type, payload JSON text).
+Body = tuple[str, str] | None
+
+
+def _row(tenant: str, session: str, seq: int, body: Body = None) -> tuple[Any, ...]:
+    kind, text = body or (str(EVENT_TYPE), json.dumps(payload(seq), separators=(",", ":")))
     return (
         tenant,
         session,
         seq,
         str(uuid.uuid4()),
         None,
-        str(EVENT_TYPE),
+        kind,
         "run_bench",
         f"turn_{seq}",
-        json.dumps(payload(seq), separators=(",", ":")),
+        text,
         datetime.now(UTC),
     )
 
@@ -81,12 +86,14 @@ class RawPostgres:
         f"INSERT INTO raw_events ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
     )
 
-    async def insert_loop(self, tenant: str, session: str, n: int) -> None:
+    async def insert_loop(
+        self, tenant: str, session: str, n: int, conn_index: int = 0, body: Body = None
+    ) -> None:
         """n events, one INSERT + COMMIT each."""
         async with self.pool.acquire() as conn:
             for seq in range(1, n + 1):
                 async with conn.transaction():
-                    await conn.execute(self._INSERT, *_row(tenant, session, seq))
+                    await conn.execute(self._INSERT, *_row(tenant, session, seq, body))
 
     async def insert_batches(self, tenant: str, session: str, size: int, count: int) -> None:
         async with self.pool.acquire() as conn:
@@ -168,11 +175,13 @@ class RawPostgres:
 
 
 class RawSqlite:
-    """aiosqlite with the store's pragmas; writers take turns on one asyncio lock, as the
-    store's do (SQLite has one writer at a time)."""
+    """aiosqlite with the store's pragmas (its `synchronous` level too, so that both pay the
+    same for durability); writers take turns on one asyncio lock, as the store's do (SQLite
+    has one writer at a time)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, synchronous: str = "NORMAL") -> None:
         self.path = sqlite_path(url)
+        self.synchronous = synchronous
         self.conns: list[Any] = []
         self.lock = asyncio.Lock()
         self.position = 0
@@ -184,7 +193,7 @@ class RawSqlite:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
         for pragma in (
             "PRAGMA journal_mode=WAL",
-            "PRAGMA synchronous=NORMAL",
+            f"PRAGMA synchronous={self.synchronous}",
             "PRAGMA busy_timeout=10000",
         ):
             await conn.execute(pragma)
@@ -203,20 +212,24 @@ class RawSqlite:
         f"INSERT INTO raw_events ({_COLUMNS}, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
 
-    def _rows(self, tenant: str, session: str, seqs: range) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, tenant: str, session: str, seqs: range, body: Body = None
+    ) -> list[tuple[Any, ...]]:
         rows = []
         for seq in seqs:
             self.position += 1
-            r = _row(tenant, session, seq)
+            r = _row(tenant, session, seq, body)
             rows.append((*r[:9], r[9].strftime("%Y-%m-%d %H:%M:%S.%f"), self.position))
         return rows
 
-    async def insert_loop(self, tenant: str, session: str, n: int, conn_index: int = 0) -> None:
+    async def insert_loop(
+        self, tenant: str, session: str, n: int, conn_index: int = 0, body: Body = None
+    ) -> None:
         conn = self.conns[conn_index]
         for seq in range(1, n + 1):
             async with self.lock:
                 await conn.execute("BEGIN IMMEDIATE")
-                row = self._rows(tenant, session, range(seq, seq + 1))[0]
+                row = self._rows(tenant, session, range(seq, seq + 1), body)[0]
                 await conn.execute(self._INSERT, row)
                 await conn.execute("COMMIT")
 
@@ -320,5 +333,5 @@ class RawSqlite:
             await conn.execute("COMMIT")
 
 
-def raw_for(url: str) -> RawPostgres | RawSqlite:
-    return RawPostgres(url) if url.startswith("postgresql") else RawSqlite(url)
+def raw_for(url: str, synchronous: str = "NORMAL") -> RawPostgres | RawSqlite:
+    return RawPostgres(url) if url.startswith("postgresql") else RawSqlite(url, synchronous)

@@ -3,6 +3,8 @@
 --   ASR_BENCH_SESSIONS  file of session ids, one a line (runs mode)
 --   ASR_BENCH_KEY       API key (runs mode)
 --   ASR_BENCH_THREADS   wrk's -t
+--   ASR_BENCH_RUN_MODE  the run's mode: "wait" (default) or "stream" (the whole SSE answer
+--                       is read; its frames name the session too)
 -- Each thread keeps a FIFO of its sessions: a request takes the oldest, its response puts it
 -- back (the run view names its session), so no two requests of a thread share a session
 -- (one active run per session) and sessions are used round robin.
@@ -16,7 +18,7 @@ end
 
 local mode = os.getenv("ASR_BENCH_MODE") or "bare"
 local queue, head, tail, last = {}, 1, 0, nil
-local body = '{"input": "hello", "mode": "wait"}'
+local body = '{"input": "hello", "mode": "' .. (os.getenv("ASR_BENCH_RUN_MODE") or "wait") .. '"}'
 
 function init(args)
   wrk.headers["Content-Type"] = "application/json"

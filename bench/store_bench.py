@@ -4,14 +4,16 @@ the same work done with the bare driver (bench/raw.py) in the same run."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import NewSession
-from app.runtime.service import SessionRuntime, _fold_new
+from app.runtime.session.events import EventType, NewEvent
+from app.runtime.session.service import SessionRuntime
+from app.runtime.webhooks.records import NewWebhook
+from app.runtime.webhooks.signing import new_secret
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.store import store_for
@@ -22,15 +24,28 @@ from bench.raw import RawPostgres, RawSqlite, raw_for
 Log = Callable[[str], None]
 
 
+def _bench_webhook() -> NewWebhook:
+    return NewWebhook(
+        webhook_id=f"wh_bench_{uuid.uuid4().hex[:8]}",
+        url="https://example.com/bench",
+        event_types=["*"],
+        session_id=None,
+        metadata_filter=None,
+        description="bench",
+        secret=new_secret(),
+    )
+
+
 class StoreBench:
     def __init__(self, url: str, sizes: Sizes, log: Log) -> None:
         self.url = url
         self.sizes = sizes
         self.log = log
-        self.engine = make_engine(Settings(database_url=url))
+        settings = Settings(database_url=url)
+        self.engine = make_engine(settings)
         self.store = store_for(self.engine)
         self.runtime = SessionRuntime(self.store)
-        self.raw: RawPostgres | RawSqlite = raw_for(url)
+        self.raw: RawPostgres | RawSqlite = raw_for(url, settings.sqlite_synchronous)
         self.tenant = ""
         self.loaded: dict[int, str] = {}  # ledger length -> session id (load/fork set-up)
         self.small_table: dict[str, Figure] = {}
@@ -38,6 +53,10 @@ class StoreBench:
     async def open(self) -> None:
         tenant = await self.store.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")
         self.tenant = tenant.tenant_id
+        if os.environ.get("ASR_BENCH_WEBHOOK") == "1":
+            # The cost of the webhook outbox: the tenant has an active subscription to every
+            # event type, so each append also writes one outbox row (migration 0010).
+            await self.store.create_webhook(self.tenant, _bench_webhook())
         await self.raw.open(max(16, self.sizes.conc_writers))
 
     async def close(self) -> None:
@@ -299,12 +318,10 @@ class StoreBench:
         await self.raw.match_size()  # like with like: the raw copy goes into as large a table
         figures = []
         for label, at in (("latest", record.last_seq), ("mid", record.last_seq // 2)):
-            base = await self.runtime.state_at(self.tenant, src, at)
 
-            async def store_once(at: int = at, base: Any = base) -> float:
+            async def store_once(at: int = at) -> float:
                 child = f"f-{uuid.uuid4().hex[:12]}"
                 forked = NewEvent(EventType.SESSION_FORKED, {"parent_session_id": src})
-                state = _fold_new(base, [forked], session_id=child).to_json()
                 started = time.perf_counter()
                 await self.store.fork_session(
                     self.tenant,
@@ -312,7 +329,6 @@ class StoreBench:
                     at_seq=at,
                     session=NewSession(session_id=child, metadata={}, agent={}, binding={}),
                     events=[forked],
-                    snapshot_state=state,
                 )
                 return (time.perf_counter() - started) * 1000
 

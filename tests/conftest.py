@@ -28,7 +28,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.main import create_app
-from app.runtime.accounts import Accounts
+from app.runtime.access.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
@@ -103,7 +103,16 @@ def is_postgres(database_url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, bootstrap_default_tenant=False)
+    # No webhook deliverer and no scheduler in the shared app: both work across tenants, so
+    # in the test process they would claim other tests' deliveries and fire other tests'
+    # schedules (a replica test that stops its servers would find its ticks fired by the
+    # test process meanwhile). The tests of each start their own.
+    return Settings(
+        database_url=database_url,
+        bootstrap_default_tenant=False,
+        webhooks_enabled=False,
+        schedules_enabled=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -181,14 +190,23 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(database_url: str, log_path: Path, **env: str) -> Server:
-    """A real `asr serve` (uvicorn) on a free loopback port, ready when this returns."""
+def start_server(
+    database_url: str, log_path: Path, *, ready_seconds: float = 30, **env: str
+) -> Server:
+    """A real `asr serve` (uvicorn) on a free loopback port, ready when this returns (or
+    RuntimeError after `ready_seconds`: a busy machine may need more than the default).
+
+    The scheduler and the webhook deliverer are off unless `env` turns them on: both claim
+    work across tenants, and on the shared test database a server's deliverer once took a
+    contract test's outbox row from under it."""
     port = free_port()
     environment = {
         **os.environ,
         "ASR_DATABASE_URL": database_url,
         "ASR_BOOTSTRAP_DEFAULT_TENANT": "false",
         "ASR_LOG_LEVEL": "warning",
+        "ASR_SCHEDULES_ENABLED": "false",
+        "ASR_WEBHOOKS_ENABLED": "false",
         **env,
     }
     log = log_path.open("wb")
@@ -200,7 +218,7 @@ def start_server(database_url: str, log_path: Path, **env: str) -> Server:
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + ready_seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {log_path.read_text()}")
@@ -210,7 +228,7 @@ def start_server(database_url: str, log_path: Path, **env: str) -> Server:
         except httpx.HTTPError:
             time.sleep(0.1)
     process.kill()
-    raise RuntimeError("server did not become healthy in 30 s")
+    raise RuntimeError(f"server did not become healthy in {ready_seconds} s")
 
 
 def stop_server(server: Server) -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select, update
 
-from app.runtime.retention import RetentionPolicy, apply_retention
+from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.store.store import AgentSessionStore
 from app.store.tables import session_snapshots, sessions
 from tests.conftest import TenantKey
@@ -212,4 +212,5 @@ def test_retention_cli_reports_json(database_url: str, tenant: TenantKey) -> Non
         "keep_snapshots": 1,
         "sessions_erased": 0,
         "snapshots_deleted": 0,
+        "deliveries_deleted": 0,
     }

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from app.runtime.events import Event, EventType
-from app.runtime.projector import fold
-from app.runtime.transfer import import_ledger, parse_export
+from app.runtime.session.events import Event, EventType
+from app.runtime.session.projector import fold
+from app.runtime.session.transfer import import_ledger, parse_export
 from tests.conftest import TenantKey
 
 GOLDEN = Path(__file__).parent / "golden" / "ledgers"

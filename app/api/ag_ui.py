@@ -21,7 +21,6 @@ Every AG-UI run is an ordinary run: it is in the ledger and in `GET .../runs`.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -32,35 +31,37 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse
 
 from app.api.ag_ui_history import lags_behind, reconcile, snapshot_messages
 from app.api.ag_ui_stream import Translator
-from app.api.deps import BlueprintsDep, RunsDep, RuntimeDep, TenantDep
+from app.api.deps import BlueprintsDep, RunsDep, RunStreamsDep, RuntimeDep, TenantDep
 from app.api.problems import problem_responses
-from app.api.runs import SHUTDOWN_FRAME_GRACE_SECONDS, next_or_shutdown
+from app.api.run_stream import RunFollow, RunStreams
 from app.api.schemas import SESSION_ID_PATTERN
-from app.api.sse import read_whole
-from app.runtime import event_payloads as ev
-from app.runtime.accounts import Principal
-from app.runtime.agent import AgentSpec
-from app.runtime.blueprints import Blueprints
+from app.api.sse import StreamEnd
+from app.api.sse_response import StreamResponse
+from app.runtime.access.accounts import Principal
 from app.runtime.errors import (
     AgentSessionError,
     IdempotentReplay,
     InvalidRequest,
     NothingPending,
-    RunNotFound,
     SessionAlreadyExists,
     SessionNotFound,
     StaleSession,
     ToolCallsPending,
 )
-from app.runtime.events import NewEvent
-from app.runtime.memory import tool_output_item
+from app.runtime.memory.items import tool_output_item
 from app.runtime.ports import IdempotencyToken, RunRecord
-from app.runtime.runs import RunManager, RunRequest, answer_events, approval_events
-from app.runtime.service import Loaded, SessionRuntime
+from app.runtime.runs.agent import AgentSpec
+from app.runtime.runs.answers import answer_events, approval_events
+from app.runtime.runs.blueprints import Blueprints
+from app.runtime.runs.manager import RunManager
+from app.runtime.runs.plan import RunRequest
+from app.runtime.session import event_payloads as ev
+from app.runtime.session.events import NewEvent
+from app.runtime.session.service import Loaded, SessionRuntime
+from app.runtime.session.subscription import Ephemeral
 
 router = APIRouter(prefix="/v1/ag-ui", tags=["ag-ui"])
 
@@ -120,6 +121,7 @@ async def run_ag_ui(
     tenant: TenantDep,
     runtime: RuntimeDep,
     runs: RunsDep,
+    streams: RunStreamsDep,
     blueprints: BlueprintsDep,
 ) -> Response:
     """Run the agent of the thread's session for an AG-UI client (CopilotKit, `@ag-ui/client`'s
@@ -128,7 +130,9 @@ async def run_ag_ui(
     """
     body = run_agent_input(raw)
     props = body.forwarded_props if isinstance(body.forwarded_props, dict) else {}
-    return await _run(body, request, tenant, runtime, runs, blueprints, props.get("agent_name"))
+    return await _run(
+        body, request, tenant, runtime, runs, streams, blueprints, props.get("agent_name")
+    )
 
 
 @router.post(
@@ -144,12 +148,13 @@ async def run_ag_ui_agent(
     tenant: TenantDep,
     runtime: RuntimeDep,
     runs: RunsDep,
+    streams: RunStreamsDep,
     blueprints: BlueprintsDep,
 ) -> Response:
     """Like `POST /v1/ag-ui`, with the new thread's session running blueprint `agent_name`:
     one URL per agent, as CopilotKit's runtime configures its agents."""
     body = run_agent_input(raw)
-    return await _run(body, request, tenant, runtime, runs, blueprints, agent_name)
+    return await _run(body, request, tenant, runtime, runs, streams, blueprints, agent_name)
 
 
 async def _run(
@@ -158,6 +163,7 @@ async def _run(
     tenant: Principal,
     runtime: SessionRuntime,
     runs: RunManager,
+    streams: RunStreams,
     blueprints: Blueprints,
     agent_name: Any,
 ) -> Response:
@@ -176,39 +182,23 @@ async def _run(
             if found is None:
                 raise
     if found is None:
-        # Listen before anything awaits, so no event or delta after the run's start is lost.
-        queue = runs.listen(run.run_id)
+        # Follow before anything awaits, so no delta of the run is missed.
+        follow = streams.follow(tenant.tenant_id, run, deltas=True)
     else:
-        # A replay: listen first, then read the row, so that every event past the row's
-        # last_seq reaches the queue. Its deltas are left out: the turn in progress may have
-        # sent some already, and a text message must not start half-way (the turn's text
-        # comes whole with its MODEL_RESPONSE instead).
-        queue = runs.listen(found.result["run_id"])
-        record = await runs.store.get_run(tenant.tenant_id, found.result["run_id"])
-        if record is None:
-            if queue is not None:
-                runs.unlisten(found.result["run_id"], queue)
-            raise RunNotFound(found.result["run_id"])
-        run = record
+        # A replay: its deltas are left out: the turn in progress may have sent some
+        # already, and a text message must not start half-way (the turn's text comes whole
+        # with its MODEL_RESPONSE instead).
+        run = await runs.get_run(tenant.tenant_id, found.result["run_id"])
+        follow = streams.follow(tenant.tenant_id, run, deltas=False)
     encoder = EventEncoder(accept=request.headers.get("accept"))
     translator = Translator(thread_id=body.thread_id, run_id=body.run_id)
-    frames = _frames(
-        runs,
-        runtime,
-        tenant.tenant_id,
-        run,
-        translator,
-        encoder,
-        queue,
-        deltas=found is None,
-        snapshot=snapshot,
-    )
-    return EventSourceResponse(
+    frames = _frames(follow, translator, encoder, snapshot=snapshot)
+    return StreamResponse(
         frames,
-        ping=10,
-        send_timeout=30,
-        shutdown_grace_period=SHUTDOWN_FRAME_GRACE_SECONDS,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        slot=None,
+        stop=follow.stop,
+        settings=streams.settings,
+        cleanup=follow.close,
         media_type=encoder.get_content_type(),
     )
 
@@ -334,91 +324,42 @@ async def _session(
 
 
 async def _frames(
-    runs: RunManager,
-    runtime: SessionRuntime,
-    tenant_id: str,
-    run: RunRecord,
+    follow: RunFollow,
     translator: Translator,
     encoder: EventEncoder,
-    queue: asyncio.Queue[tuple[str, Any]] | None,
     *,
-    deltas: bool,
     snapshot: list[Message] | None,
 ) -> AsyncIterator[bytes]:
-    """The run as AG-UI frames: the events committed with its start (from the table), then
-    live events and deltas (the queue), then whatever the table holds after them (a replay
-    of an ended run, or a run of another replica, comes from the table alone)."""
+    """The run as AG-UI frames: the run's timeline (`RunFollow`: its events from the table,
+    then live from the bus on whichever replica it runs, with its deltas), translated, until
+    its RUN_FINISHED. A stream the server has to end (shutdown, a client too far behind)
+    ends with RUN_ERROR: the client may run the thread again."""
 
     def encode(events: list[BaseEvent]) -> bytes:
         return "".join(encoder.encode(e) for e in events).encode()
 
-    sent = 0
+    yield encode(translator.start(follow.run.run_id, follow.run.session_id))
+    if snapshot is not None:
+        yield encode([MessagesSnapshotEvent(messages=snapshot)])
+    items = follow.items
     try:
-        yield encode(translator.start(run.run_id, run.session_id))
-        if snapshot is not None:
-            yield encode([MessagesSnapshotEvent(messages=snapshot)])
-        started = await read_whole(
-            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id)
-        )
-        for event in started:
-            if queue is not None and run.last_seq is not None and event.seq > run.last_seq:
-                break
-            sent = event.seq
-            yield encode(translator.event(event))
-        while queue is not None and not translator.finished:
-            next_item = await next_or_shutdown(queue, runs.shutdown_event)
-            if next_item is None:
-                # The process is shutting down: the run finishes or is interrupted without
-                # this stream; the client learns it from RUN_ERROR and may run the thread again.
-                yield encode(translator.cut("the server is shutting down"))
+        async for item in items:
+            if isinstance(item, StreamEnd):
+                why = {
+                    "shutdown": "the server is shutting down",
+                    "overflow": "this client fell too far behind",
+                }.get(item.reason, item.reason)
+                yield encode(translator.cut(why))
                 return
-            kind, item = next_item
-            if kind == "end":
-                break
-            if kind == "delta":
-                if deltas:
-                    yield encode(translator.delta(item))
-            elif item.seq > sent:
-                sent = item.seq
-                yield encode(translator.event(item))
-        async for events in _from_table(runs, runtime, tenant_id, run, translator, sent):
-            yield encode(events)
-    finally:
-        if queue is not None:
-            runs.unlisten(run.run_id, queue)
-
-
-async def _from_table(
-    runs: RunManager,
-    runtime: SessionRuntime,
-    tenant_id: str,
-    run: RunRecord,
-    translator: Translator,
-    sent: int,
-) -> AsyncIterator[list[BaseEvent]]:
-    """The run's events after `sent`, read from the table until its RUN_FINISHED: the rest of
-    a local run, an ended run replayed, or a run another replica executes (its events only
-    reach this process through the table, so it is read again while the run lives)."""
-    while not translator.finished:
-        tail = await read_whole(
-            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
-        )
-        for event in tail:
-            sent = event.seq
-            yield translator.event(event)
-        if translator.finished:
-            return
-        if runs.shutdown_event.is_set():
-            yield translator.cut("the server is shutting down")
-            return
-        done = await runs.wait(tenant_id, run.run_id, within_seconds=1.0)
-        if done.status in ("queued", "running") or tail:
-            continue
-        # Ended, and nothing new was read since: one last read, then the stream ends.
-        for event in await read_whole(
-            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
-        ):
-            yield translator.event(event)
+            out: list[BaseEvent] = []
+            for entry in item:
+                if isinstance(entry, Ephemeral):
+                    out += translator.delta(entry.frame)
+                else:
+                    out += translator.event(entry.event)
+            if out:
+                yield encode(out)
         if not translator.finished:
-            yield translator.cut("the run ended without RUN_FINISHED")
-        return
+            yield encode(translator.cut("the run ended without RUN_FINISHED"))
+    finally:
+        await items.aclose()

@@ -31,8 +31,8 @@ from ag_ui.core import (
     UserMessage,
 )
 
-from app.runtime.memory import normalize_items
-from app.runtime.state import SessionState
+from app.runtime.memory.items import normalize_items
+from app.runtime.session.state import SessionState
 
 # Ids of assistant messages, reasoning and tool results that the service minted itself.
 MINTED_PREFIX = "asr_"

@@ -52,7 +52,7 @@ from ag_ui.core import (
 )
 
 from app.api.ag_ui_history import MINTED_PREFIX
-from app.runtime.events import Event
+from app.runtime.session.events import Event
 
 APPROVAL_REASON = "tool_approval"
 # What a resume of an approval interrupt may carry: {"approved": false} rejects.

@@ -13,9 +13,8 @@ from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.runs import run_view
 from app.api.schemas import DelegateCreate, DelegateRead
-from app.runtime.delegation import Delegated, DelegationRequest
-from app.runtime.errors import RunNotFound
 from app.runtime.ports import IdempotencyToken
+from app.runtime.runs.delegation import Delegated, DelegationRequest
 
 router = APIRouter(prefix="/v1/sessions", tags=["delegation"])
 
@@ -58,9 +57,7 @@ async def delegate(
         )
 
     async def replay(result: dict[str, Any]) -> Response:
-        run = await delegator.runs.store.get_run(tenant.tenant_id, result["run_id"])
-        if run is None:
-            raise RunNotFound(result["run_id"])
+        run = await delegator.runs.get_run(tenant.tenant_id, result["run_id"])
         return await _delegated(await delegator.finish(run))
 
     async def _delegated(result: Delegated) -> Response:

@@ -7,17 +7,19 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.api.run_stream import RunStreams
 from app.logs import bind
-from app.runtime.accounts import Accounts, Principal
-from app.runtime.blueprints import Blueprints
-from app.runtime.delegation import Delegator
+from app.runtime.access.accounts import Accounts, Principal
+from app.runtime.access.stream_tokens import StreamGrant
 from app.runtime.errors import ProcessesDisabled, Unauthorized
 from app.runtime.models.registry import ModelRegistry
-from app.runtime.processes import ProcessManager
-from app.runtime.runs import RunManager
-from app.runtime.service import SessionRuntime
-from app.runtime.stream_tokens import StreamGrant
-from app.runtime.tools import ToolRegistry
+from app.runtime.runs.blueprints import Blueprints
+from app.runtime.runs.delegation import Delegator
+from app.runtime.runs.manager import RunManager
+from app.runtime.schedules.service import Scheduler
+from app.runtime.session.service import SessionRuntime
+from app.runtime.tools.processes import ProcessManager
+from app.runtime.tools.registry import ToolRegistry
 from app.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
@@ -33,6 +35,10 @@ async def get_runtime(request: Request) -> SessionRuntime:
 
 async def get_runs(request: Request) -> RunManager:
     return request.app.state.runs
+
+
+async def get_run_streams(request: Request) -> RunStreams:
+    return request.app.state.run_streams
 
 
 async def get_accounts(request: Request) -> Accounts:
@@ -80,6 +86,10 @@ async def get_tenant(
     return principal
 
 
+async def get_scheduler(request: Request) -> Scheduler:
+    return request.app.state.scheduler
+
+
 async def get_blueprints(request: Request) -> Blueprints:
     return request.app.state.blueprints
 
@@ -117,6 +127,8 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
+RunStreamsDep = Annotated[RunStreams, Depends(get_run_streams)]
+SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
 StreamGrantDep = Annotated[StreamGrant, Depends(get_stream_grant)]
 ProcessesDep = Annotated[ProcessManager, Depends(get_processes)]

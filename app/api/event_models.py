@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from app.runtime.event_payloads import PAYLOAD_MODELS
-from app.runtime.events import EventType
+from app.runtime.session.event_payloads import PAYLOAD_MODELS
+from app.runtime.session.events import EventType
 
 
 class EventBase(BaseModel):

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from app.api.deps import TenantDep
 from app.api.problems import problem_responses
 from app.api.schemas import EventTypeList
-from app.runtime.event_catalogue import event_catalogue
+from app.runtime.session.event_catalogue import event_catalogue
 
 router = APIRouter(prefix="/v1", tags=["events"])
 

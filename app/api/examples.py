@@ -187,10 +187,68 @@ PARAMETERS: dict[str, Any] = {
     "after_seq": 0,
     "limit": 50,
     "Last-Event-ID": "11",
+    "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+    "delivery_id": "0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21",
+}
+
+WEBHOOK: dict[str, Any] = {
+    "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+    "url": "https://backend.example.com/hooks/asr",
+    "event_types": ["RUN_FINISHED", "APPROVAL_REQUESTED"],
+    "session_id": None,
+    "metadata_filter": {"user": "alice"},
+    "description": "notify the support backend",
+    "state": "active",
+    "disabled_reason": None,
+    "consecutive_failures": 0,
+    "last_success_at": LATER,
+    "last_failure_at": None,
+    "created_at": CREATED,
+    "updated_at": LATER,
+}
+DELIVERY: dict[str, Any] = {
+    "delivery_id": "0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21",
+    "webhook_id": WEBHOOK["webhook_id"],
+    "session_id": SID,
+    "seq": 11,
+    "event_type": "RUN_FINISHED",
+    "status": "delivered",
+    "attempts": 1,
+    "next_attempt_at": None,
+    "last_attempt_at": LATER,
+    "last_error": None,
+    "response_code": 204,
+    "delivered_at": LATER,
+    "created_at": LATER,
 }
 
 # operation (route function name) -> {"request": body example, "responses": {status: example}}
 OPERATIONS: dict[str, dict[str, Any]] = {
+    "create_webhook": {
+        "request": {
+            "url": WEBHOOK["url"],
+            "event_types": WEBHOOK["event_types"],
+            "metadata_filter": {"user": "alice"},
+            "description": WEBHOOK["description"],
+        },
+        "responses": {
+            201: {**WEBHOOK, "last_success_at": None, "secret": "whsec_" + "c2VjcmV0" * 5 + "c2U="}
+        },
+    },
+    "list_webhooks": {"responses": {200: {"data": [WEBHOOK], "next_cursor": None}}},
+    "get_webhook": {"responses": {200: WEBHOOK}},
+    "patch_webhook": {
+        "request": {"state": "disabled"},
+        "responses": {
+            200: {**WEBHOOK, "state": "disabled", "disabled_reason": "disabled_by_tenant"}
+        },
+    },
+    "delete_webhook": {"responses": {}},
+    "list_webhook_deliveries": {"responses": {200: {"data": [DELIVERY], "next_cursor": None}}},
+    "get_webhook_delivery": {"responses": {200: DELIVERY}},
+    "redeliver_webhook_delivery": {
+        "responses": {202: {**DELIVERY, "status": "pending", "next_attempt_at": LATER}}
+    },
     "create_session": {
         "request": {
             "session_id": SID,

@@ -26,10 +26,10 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from app.runtime.accounts import Principal
+from app.runtime.access.accounts import Principal
 from app.runtime.errors import AgentSessionError, IdempotentReplay
 from app.runtime.ports import IdempotencyRecord, IdempotencyToken
-from app.runtime.service import SessionRuntime
+from app.runtime.session.service import SessionRuntime
 
 log = logging.getLogger("app.idempotency")
 

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import MEDIA_TYPE, problem_body, problem_response
 from app.runtime.errors import InvalidRequest
-from app.runtime.json_limits import scan_json_bytes
+from app.runtime.session.json_limits import scan_json_bytes
 
 
 class BodyLimitMiddleware:

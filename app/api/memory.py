@@ -11,12 +11,12 @@ from app.api.deps import IdempotencyKey, ModelsDep, RunsDep, RuntimeDep, TenantD
 from app.api.idempotency import idempotent
 from app.api.problems import problem_responses
 from app.api.schemas import CompactRead, CompactRequest, ContextRead
-from app.runtime.agent import AgentSpec
-from app.runtime.calibration import key_of, ratio_of, scaled
-from app.runtime.compact import compact_result_of, compact_session
-from app.runtime.context import budget_of, project
+from app.runtime.memory.calibration import key_of, ratio_of, scaled
+from app.runtime.memory.compact import compact_result_of, compact_session
+from app.runtime.memory.context import budget_of, project
 from app.runtime.ports import IdempotencyToken
-from app.runtime.service import Loaded
+from app.runtime.runs.agent import AgentSpec
+from app.runtime.session.service import Loaded
 
 router = APIRouter(prefix="/v1/sessions", tags=["memory"])
 

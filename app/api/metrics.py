@@ -25,8 +25,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from app.runtime.events import EventType
-from app.runtime.loop import StopReason
+from app.runtime.runs.loop import StopReason
+from app.runtime.session.events import EventType
 
 # The loop's stop reasons, plus FAILED for a run that ended in an error (no stop reason).
 STOP_REASONS = frozenset(r.value for r in StopReason) | {"FAILED"}
@@ -34,6 +34,19 @@ STOP_REASONS = frozenset(r.value for r in StopReason) | {"FAILED"}
 PROVIDERS = frozenset({"scripted", "openai", "anthropic", "gemini"})
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 EVENT_TYPES = frozenset(t.value for t in EventType)
+WEBHOOK_OUTCOMES = frozenset({"delivered", "pending", "failed"})
+# Why a schedule's tick started no run (schedule_fires.reason; anything else is `other`).
+SKIP_REASONS = frozenset(
+    {
+        "missed",
+        "run_in_progress",
+        "session_not_found",
+        "rate_limited",
+        "too_many_runs",
+        "tool_calls_pending",
+    }
+)
+TRIGGERS = frozenset({"schedule", "manual"})
 UNMATCHED_ROUTE = "unmatched"
 OTHER = "other"
 
@@ -109,6 +122,37 @@ class Metrics:
         self.lease_expiries = Counter(
             "asr_lease_expiries", "Run leases that expired and were swept.", registry=r
         )
+        self.webhook_attempts = Counter(
+            "asr_webhook_delivery_attempts",
+            "Webhook delivery attempts settled by this process, by outcome: delivered,"
+            " pending (failed, to be retried) or failed (retries exhausted).",
+            ["outcome"],
+            registry=r,
+        )
+        self.webhook_failures = Counter(
+            "asr_webhook_deliveries_failed",
+            "Webhook deliveries given up after their retry window (the subscription is"
+            " disabled).",
+            registry=r,
+        )
+        self.webhook_lag = Histogram(
+            "asr_webhook_delivery_lag_seconds",
+            "From an event's commit to its successful webhook delivery.",
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.schedule_fires = Counter(
+            "asr_schedule_fires",
+            "Schedule ticks that started a run, by trigger (schedule or manual).",
+            ["trigger"],
+            registry=r,
+        )
+        self.schedule_skips = Counter(
+            "asr_schedule_skips",
+            "Schedule ticks that started no run, by reason (missed, run_in_progress, ...).",
+            ["reason"],
+            registry=r,
+        )
 
     # ---------------------------------------------------------------- Observer
 
@@ -146,6 +190,20 @@ class Metrics:
 
     def lease_expired(self) -> None:
         self.lease_expiries.inc()
+
+    def webhook_attempted(self, *, outcome: str) -> None:
+        self.webhook_attempts.labels(outcome=_bounded(outcome, WEBHOOK_OUTCOMES)).inc()
+        if outcome == "failed":
+            self.webhook_failures.inc()
+
+    def webhook_delivered(self, *, lag_seconds: float) -> None:
+        self.webhook_lag.observe(max(lag_seconds, 0.0))
+
+    def schedule_fired(self, *, trigger: str) -> None:
+        self.schedule_fires.labels(trigger=_bounded(trigger, TRIGGERS)).inc()
+
+    def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
+        self.schedule_skips.labels(reason=_bounded(reason, SKIP_REASONS)).inc(max(ticks, 0))
 
     # -------------------------------------------------------------------- HTTP
 

@@ -51,8 +51,9 @@ SSE_DESCRIPTION = """Server-Sent Events, one frame per message:
   its type, `data` = the event JSON (one of the `*Event` schemas, told apart by `type`);
 - **delta** (no `id`): `event: delta`, `data` = a `DeltaFrame`, a piece of the model's text
   as it is written; never stored, only sent by the server that runs the model;
-- **control** (no `id`): `event: overflow` or `event: shutdown` (`data` = a `StreamEndFrame`,
-  or a `ShutdownFrame` on a run's own stream) end the stream: reconnect with `Last-Event-ID`;
+- **control** (no `id`): `event: overflow` or `event: shutdown` (`data` = a `StreamEndFrame`;
+  a `shutdown` frame is also a `ShutdownFrame`) end the stream: reconnect with `Last-Event-ID`
+  (after a run's own stream: follow the session's timeline after `resume_after`);
   `event: ERROR` (`data` = a `Problem`) ends it after a failure;
 - `retry:` once at the start, and comment lines (`: ping`) as heartbeats.
 
@@ -115,14 +116,15 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "ShutdownFrame": {
         "type": "object",
-        "description": "`shutdown` on a run's stream: the server stops; follow the session's "
-        "timeline after `last_seq` (the run goes on, or is interrupted).",
+        "description": "What a `shutdown` frame adds to its `StreamEndFrame`: the server "
+        "stops; reconnect (to another replica) after `resume_after`. `last_seq` on a session's "
+        "or run's stream (a run goes on, or is interrupted: follow the session's timeline).",
         "properties": {
             "reason": {"type": "string"},
             "reconnect": {"type": "boolean"},
             "last_seq": {"type": "integer"},
         },
-        "required": ["reason", "reconnect", "last_seq"],
+        "required": ["reason", "reconnect"],
     },
 }
 

@@ -51,7 +51,7 @@ async def readyz(request: Request) -> JSONResponse:
     head, known = state.schema_revisions
     try:
         async with asyncio.timeout(READINESS_BUDGET_SECONDS):
-            current = await state.store.get_schema_revision()
+            current = await state.runtime.schema_revision()
     except Exception as exc:  # any failure means not ready; the class name is for operators
         return _not_ready(
             request, "database_unreachable", f"the database did not answer: {type(exc).__name__}"

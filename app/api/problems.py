@@ -19,11 +19,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app.runtime import errors as e
-from app.runtime.compaction import CompactionFailed
+from app.runtime.memory.compaction import CompactionFailed
 from app.runtime.models.base import ModelError
-from app.store.outage import OUTAGE_ERROR_TYPES, is_database_outage
 
 log = logging.getLogger("app.api")
+
+# How database outages arrive; the store's signature is installed with the handlers
+# (`install_problem_handlers`), so that this layer never imports the store.
+_outages = e.OutageSignature()
 
 PROBLEM_TYPE_BASE = "urn:asr:problem:"
 MEDIA_TYPE = "application/problem+json"
@@ -98,7 +101,7 @@ def problem_body(exc: BaseException, instance: str | None) -> dict[str, Any]:
     """The problem document for `exc`, for places that cannot answer with a response (a
     stream that has already started sends it as its final frame)."""
     extra: dict[str, Any] = {}
-    if not isinstance(exc, e.AgentSessionError) and is_database_outage(exc):
+    if not isinstance(exc, e.AgentSessionError) and _outages(exc):
         log.warning("stream failed: database unavailable (%s)", type(exc).__name__)
         exc = e.DatabaseUnavailable()
     if isinstance(exc, e.AgentSessionError):
@@ -143,7 +146,7 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     response, and uvicorn then closes the keep-alive connection -- which an outage, where
     every client retries, must not cause.
     """
-    if not is_database_outage(exc):
+    if not _outages(exc):
         raise exc  # to the outer handler: a 500, as for any other unexpected error
     request_id = getattr(request.state, "request_id", None)
     log.warning(
@@ -236,9 +239,13 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+def install_problem_handlers(app: FastAPI, *, outages: e.OutageSignature | None = None) -> None:
+    """The handlers; `outages` says how the store's outages look (answered 503)."""
+    global _outages
+    if outages is not None:
+        _outages = outages
     app.add_exception_handler(e.AgentSessionError, _domain_error)
-    for outage_type in OUTAGE_ERROR_TYPES:
+    for outage_type in _outages.types:
         app.add_exception_handler(outage_type, _database_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

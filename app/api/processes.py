@@ -2,7 +2,7 @@
 
 Every route answers 404 `processes_disabled` unless the operator turned the process plane on
 (`ASR_PROCESSES_ENABLED`). A process is controlled by the server that started it; see
-`app/runtime/processes.py` for what `restored` means.
+`app/runtime/tools/processes.py` for what `restored` means.
 """
 
 from __future__ import annotations

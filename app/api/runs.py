@@ -3,18 +3,22 @@ usage, and the one-shot `POST /v1/runs`."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import IdempotencyKey, RunsDep, RuntimeDep, SettingsDep, TenantDep
+from app.api.deps import (
+    IdempotencyKey,
+    RunsDep,
+    RunStreamsDep,
+    RuntimeDep,
+    SettingsDep,
+    TenantDep,
+)
 from app.api.idempotency import idempotent, provisional
 from app.api.problems import problem_responses
+from app.api.run_stream import RunStreams
 from app.api.schemas import (
     ApprovalRequest,
     ContinueRead,
@@ -25,22 +29,15 @@ from app.api.schemas import (
     ToolOutputsRequest,
     UsageRead,
 )
-from app.api.sse import read_whole
-from app.api.views import event_json, rfc3339, usage_json
-from app.runtime.accounts import Principal
+from app.api.views import rfc3339, usage_json
+from app.runtime.access.accounts import Principal
 from app.runtime.errors import RunNotFound
-from app.runtime.events import NewEvent
 from app.runtime.ports import IdempotencyToken, RunRecord
-from app.runtime.runs import (
-    LIVE_STATUSES,
-    Prefix,
-    RunManager,
-    RunRequest,
-    answer_events,
-    append_checked,
-    approval_events,
-)
-from app.runtime.service import Loaded, SessionRuntime
+from app.runtime.runs.answers import Prefix, answer_events, append_checked, approval_events
+from app.runtime.runs.manager import LIVE_STATUSES, RunManager
+from app.runtime.runs.plan import RunRequest
+from app.runtime.session.events import NewEvent
+from app.runtime.session.service import Loaded, SessionRuntime
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1/sessions", tags=["runs"])
@@ -107,31 +104,25 @@ async def respond(
     runs: RunManager,
     runtime: SessionRuntime,
     settings: Settings,
+    streams: RunStreams,
     tenant_id: str,
     run: RunRecord,
     mode: str,
     *,
     include_deltas: bool = True,
 ) -> Response:
-    """Answer a started run in the requested mode."""
+    """Answer a started run in the requested mode.
+
+    Stream mode is the session's live timeline narrowed to the run (`RunStreams`): it is
+    subscribed here, before anything awaits, so that no delta of the run is missed.
+    """
     location = f"/v1/sessions/{run.session_id}/runs/{run.run_id}"
     if mode == "background":
         return JSONResponse(
             await run_view(runtime, run), status_code=202, headers={"Location": location}
         )
     if mode == "stream":
-        # Listen now, before anything awaits: the run's task has not run yet, so every event
-        # and delta after its start reaches the queue (the start events come from the table).
-        queue = runs.listen(run.run_id)
-        return EventSourceResponse(
-            _stream(runs, runtime, tenant_id, run, include_deltas, queue),
-            ping=10,
-            send_timeout=30,
-            # sse-starlette also sees the shutdown signal; without a grace period it would
-            # cancel the stream before the generator sends its final `shutdown` frame.
-            shutdown_grace_period=SHUTDOWN_FRAME_GRACE_SECONDS,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        return streams.response(tenant_id, run, deltas=include_deltas, instance=location)
     done = await runs.wait(tenant_id, run.run_id, within_seconds=settings.run_wait_seconds)
     answer = JSONResponse(await run_view(runtime, done), headers={"Location": location})
     # Still running after the wait: not the run's answer, so not what a replay should repeat.
@@ -142,6 +133,7 @@ async def respond_recorded(
     runs: RunManager,
     runtime: SessionRuntime,
     settings: Settings,
+    streams: RunStreams,
     tenant_id: str,
     result: dict[str, Any],
     mode: str,
@@ -150,93 +142,10 @@ async def respond_recorded(
 ) -> Response:
     """Answer again for a recorded run start (an idempotent replay): the same run, in the
     requested mode; a waiting client waits for it wherever it runs."""
-    run = await runs.store.get_run(tenant_id, result["run_id"])
-    if run is None:
-        raise RunNotFound(result["run_id"])
+    run = await runs.get_run(tenant_id, result["run_id"])
     return await respond(
-        runs, runtime, settings, tenant_id, run, mode, include_deltas=include_deltas
+        runs, runtime, settings, streams, tenant_id, run, mode, include_deltas=include_deltas
     )
-
-
-SHUTDOWN_FRAME_GRACE_SECONDS = 3.0
-
-
-def shutdown_frame(last_seq: int) -> ServerSentEvent:
-    """The final frame of a stream cut by a shutdown: reconnect (elsewhere) and resume."""
-    body = {"reason": "server_shutdown", "reconnect": True, "last_seq": last_seq}
-    return ServerSentEvent(event="shutdown", data=json.dumps(body), retry=1000)
-
-
-async def next_or_shutdown(
-    queue: asyncio.Queue[tuple[str, Any]], shutdown: asyncio.Event
-) -> tuple[str, Any] | None:
-    """The next queued item, or None once `shutdown` is set (whichever comes first)."""
-    if shutdown.is_set():
-        return None
-    getter = asyncio.ensure_future(queue.get())
-    stopper = asyncio.ensure_future(shutdown.wait())
-    try:
-        await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        if not getter.done():
-            getter.cancel()
-    return getter.result() if getter.done() and not getter.cancelled() else None
-
-
-async def _stream(
-    runs: RunManager,
-    runtime: SessionRuntime,
-    tenant_id: str,
-    run: RunRecord,
-    deltas: bool,
-    queue: asyncio.Queue[tuple[str, Any]] | None,
-) -> AsyncIterator[ServerSentEvent]:
-    """The run's events (id = seq) and delta frames (no id), until RUN_FINISHED."""
-    sent = 0
-    try:
-        # The events committed with the run's start (before we listened) come from the
-        # table; everything after them comes through the queue, in order with the deltas.
-        # Shielded: a client that leaves mid-read must not cancel the database call half-way.
-        started = await read_whole(
-            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id)
-        )
-        for event in started:
-            if run.last_seq is None or event.seq > run.last_seq:
-                break
-            sent = event.seq
-            yield ServerSentEvent(
-                id=str(event.seq), event=event.type, data=json.dumps(event_json(event))
-            )
-        while queue is not None:
-            next_item = await next_or_shutdown(queue, runs.shutdown_event)
-            if next_item is None:
-                # The process is shutting down: say so (no id, so Last-Event-ID stays at the
-                # last event sent) and end; the run itself finishes or is interrupted.
-                yield shutdown_frame(sent)
-                return
-            kind, item = next_item
-            if kind == "end":
-                break
-            if kind == "delta":
-                if deltas:
-                    yield ServerSentEvent(event=item.get("type", "delta"), data=json.dumps(item))
-                continue
-            if item.seq <= sent:
-                continue
-            sent = item.seq
-            yield ServerSentEvent(
-                id=str(item.seq), event=item.type, data=json.dumps(event_json(item))
-            )
-        for event in await read_whole(
-            runtime.list_events(tenant_id, run.session_id, run_id=run.run_id, after_seq=sent)
-        ):
-            yield ServerSentEvent(
-                id=str(event.seq), event=event.type, data=json.dumps(event_json(event))
-            )
-    finally:
-        if queue is not None:
-            runs.unlisten(run.run_id, queue)
 
 
 @router.post(
@@ -253,6 +162,7 @@ async def create_run(
     runtime: RuntimeDep,
     runs: RunsDep,
     settings: SettingsDep,
+    streams: RunStreamsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Run the agent on the session with an optional input.
@@ -264,12 +174,14 @@ async def create_run(
     `interrupt`. With `Idempotency-Key`, a retry answers for the same run and never starts a
     second one.
     """
+
     async def produce(token: IdempotencyToken | None) -> Response:
         run = await runs.start(tenant.tenant_id, session_id, _request_of(body), idempotency=token)
         return await respond(
             runs,
             runtime,
             settings,
+            streams,
             tenant.tenant_id,
             run,
             body.mode,
@@ -281,6 +193,7 @@ async def create_run(
             runs,
             runtime,
             settings,
+            streams,
             tenant.tenant_id,
             result,
             body.mode,
@@ -299,15 +212,17 @@ async def create_run(
 async def list_runs(session_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep) -> dict:
     """The session's runs, newest first, each with its status, stop reason and usage."""
     await runtime.get(tenant.tenant_id, session_id)
-    records = await runs.store.list_runs(tenant.tenant_id, session_id)
+    records = await runs.list_runs(tenant.tenant_id, session_id)
     return {"data": [await run_view(runtime, r) for r in records]}
 
 
-async def _owned_run(runs: RunManager, tenant_id: str, session_id: str, run_id: str) -> RunRecord:
+async def _owned_run(
+    runs: RunManager, runtime: SessionRuntime, tenant_id: str, session_id: str, run_id: str
+) -> RunRecord:
     # The session first: another tenant's session is "session not found" on every route.
-    await runs.runtime.get(tenant_id, session_id)
-    run = await runs.store.get_run(tenant_id, run_id)
-    if run is None or run.session_id != session_id:
+    await runtime.get(tenant_id, session_id)
+    run = await runs.get_run(tenant_id, run_id)
+    if run.session_id != session_id:
         raise RunNotFound(run_id)
     return run
 
@@ -324,7 +239,8 @@ async def get_run(
     """A run's status (`queued`, `running`, `finished`, `failed`, `interrupted`), stop reason,
     output, usage and the tool calls it left waiting for an answer (`pending`).
     """
-    return await run_view(runtime, await _owned_run(runs, tenant.tenant_id, session_id, run_id))
+    run = await _owned_run(runs, runtime, tenant.tenant_id, session_id, run_id)
+    return await run_view(runtime, run)
 
 
 @router.post(
@@ -339,7 +255,7 @@ async def cancel_run(
     """Interrupt a queued or running run: it ends INTERRUPTED. A run that already ended is
     returned as it is, so a repeated cancel is harmless.
     """
-    await _owned_run(runs, tenant.tenant_id, session_id, run_id)
+    await _owned_run(runs, runtime, tenant.tenant_id, session_id, run_id)
     return await run_view(runtime, await runs.cancel(tenant.tenant_id, session_id, run_id))
 
 
@@ -348,6 +264,7 @@ async def _answer(
     runs: RunManager,
     runtime: SessionRuntime,
     settings: Settings,
+    streams: RunStreams,
     tenant: Principal,
     session_id: str,
     idempotency_key: str | None,
@@ -365,7 +282,7 @@ async def _answer(
             run = await runs.start(
                 tenant.tenant_id, session_id, RunRequest(), idempotency=token, prefix=make_events
             )
-            return await respond(runs, runtime, settings, tenant.tenant_id, run, mode)
+            return await respond(runs, runtime, settings, streams, tenant.tenant_id, run, mode)
         result = await append_checked(
             runtime, tenant.tenant_id, session_id, make_events, idempotency=token
         )
@@ -373,7 +290,9 @@ async def _answer(
 
     async def replay(result: dict[str, Any]) -> Response:
         if "run_id" in result:
-            return await respond_recorded(runs, runtime, settings, tenant.tenant_id, result, mode)
+            return await respond_recorded(
+                runs, runtime, settings, streams, tenant.tenant_id, result, mode
+            )
         return _answered(session_id, result["last_seq"])
 
     return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
@@ -397,6 +316,7 @@ async def post_tool_outputs(
     runtime: RuntimeDep,
     runs: RunsDep,
     settings: SettingsDep,
+    streams: RunStreamsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Answer the client tool calls a run stopped for (NEEDS_USER_INPUT). By default a run
@@ -413,6 +333,7 @@ async def post_tool_outputs(
         runs,
         runtime,
         settings,
+        streams,
         tenant,
         session_id,
         idempotency_key,
@@ -436,11 +357,13 @@ async def post_approval(
     runtime: RuntimeDep,
     runs: RunsDep,
     settings: SettingsDep,
+    streams: RunStreamsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Approve or reject a tool call that needs approval (BLOCKED_BY_APPROVAL). By default the
     run continues from the decision; `continue: false` only records it.
     """
+
     def make_events(loaded: Loaded) -> list[NewEvent]:
         return approval_events(
             loaded, call_id=body.call_id, decision=body.decision, reason=body.reason
@@ -451,6 +374,7 @@ async def post_approval(
         runs,
         runtime,
         settings,
+        streams,
         tenant,
         session_id,
         idempotency_key,
@@ -469,7 +393,7 @@ async def post_approval(
 async def get_usage(session_id: str, tenant: TenantDep, runtime: RuntimeDep, runs: RunsDep) -> dict:
     """Token usage: the session's totals and each run's, with its number of turns."""
     loaded = await runtime.load(tenant.tenant_id, session_id)
-    records = await runs.store.list_runs(tenant.tenant_id, session_id)
+    records = await runs.list_runs(tenant.tenant_id, session_id)
     return {
         "session_id": session_id,
         "usage": usage_json(loaded.state.usage),
@@ -492,6 +416,7 @@ async def create_oneshot_run(
     runtime: RuntimeDep,
     runs: RunsDep,
     settings: SettingsDep,
+    streams: RunStreamsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Run an inline agent once without keeping a session: the session is created, run and
@@ -512,7 +437,7 @@ async def create_oneshot_run(
         # The key guards the run's start; a crash before it leaves an empty one-shot session.
         run = await runs.start(tenant.tenant_id, session_id, _request_of(body), idempotency=token)
         if body.mode != "wait" or body.keep:
-            return await respond(runs, runtime, settings, tenant.tenant_id, run, body.mode)
+            return await respond(runs, runtime, settings, streams, tenant.tenant_id, run, body.mode)
         done = await runs.wait(
             tenant.tenant_id, run.run_id, within_seconds=settings.run_wait_seconds
         )
@@ -522,6 +447,8 @@ async def create_oneshot_run(
 
     async def replay(result: dict[str, Any]) -> Response:
         # A discarded one-shot session took its run along: only a stored answer replays it.
-        return await respond_recorded(runs, runtime, settings, tenant.tenant_id, result, body.mode)
+        return await respond_recorded(
+            runs, runtime, settings, streams, tenant.tenant_id, result, body.mode
+        )
 
     return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)

@@ -9,9 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api.event_models import EventRead, EventTypeName
-from app.runtime.agent import AgentSpec
-from app.runtime.json_limits import check_json_value
-from app.runtime.memory import ContentPart, MemoryItem
+from app.runtime.memory.items import ContentPart, MemoryItem
+from app.runtime.runs.agent import AgentSpec
+from app.runtime.session.json_limits import check_json_value
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 # The largest seq a request may name: any larger value cannot exist, and one past 2**63

@@ -42,7 +42,7 @@ from app.api.schemas import (
 )
 from app.runtime.errors import InvalidRequest, VersionConflict
 from app.runtime.ports import IdempotencyToken
-from app.runtime.service import Loaded
+from app.runtime.session.service import Loaded
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 

@@ -21,9 +21,9 @@ from sse_starlette import ServerSentEvent
 from app.api.problems import problem_body
 from app.api.views import event_json
 from app.runtime.errors import InvalidCursor
-from app.runtime.events import Event
 from app.runtime.ports import TenantCursor, TenantPage
-from app.store.subscription import Delivery, Ephemeral, Subscription
+from app.runtime.session.events import Event, EventType
+from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
 
 Subscribe = Callable[[], AbstractContextManager[Subscription]]
 ReadAfter = Callable[[int], Awaitable[list[Event]]]
@@ -87,9 +87,11 @@ async def replay_then_live(
             if sub.overflowed:  # dropped live items are all in the table: read them again
                 sub.reset()
             events = await read_whole(read_after(last))
+            frames = sub.take_ephemeral() if sub.deltas else []
             if events:
                 last = events[-1].seq
-                yield [Delivery(event) for event in events]
+            if events or frames:
+                yield interleave(events, frames)
             if sub.closed is not None:
                 yield StreamEnd(sub.closed, str(last))
                 return
@@ -110,6 +112,63 @@ async def replay_then_live(
                         out.append(item)
             if out:
                 yield out
+
+
+def interleave(events: list[Event], frames: list[Ephemeral]) -> Batch:
+    """Replayed events with the delta frames that arrived meanwhile, each frame just before
+    its turn's MODEL_RESPONSE when the batch holds it (so text comes before the response
+    that makes it final), else after the batch (its turn is still being written)."""
+    out: Batch = [Delivery(event) for event in events]
+    if not frames:
+        return out
+    ends = {
+        e.turn_id: i
+        for i, e in reversed(list(enumerate(events)))
+        if e.type == EventType.MODEL_RESPONSE and e.turn_id is not None
+    }
+    before: dict[int, list[Ephemeral]] = {}
+    after: list[Ephemeral] = []
+    for frame in frames:
+        at = ends.get(frame.frame.get("turn_id"))
+        (after if at is None else before.setdefault(at, [])).append(frame)
+    merged: Batch = []
+    for i, item in enumerate(out):
+        merged.extend(before.get(i, ()))
+        merged.append(item)
+    return merged + after
+
+
+async def run_timeline(
+    items: AsyncGenerator[Batch | StreamEnd, None], *, run_id: str
+) -> AsyncGenerator[Batch | StreamEnd, None]:
+    """A session's timeline (`replay_then_live`) narrowed to one run: the run's events and
+    its delta frames, ending right after its RUN_FINISHED (or at an `overflow`/`shutdown`).
+
+    The timeline's reads are expected to hold only the run's events already; live items are
+    filtered here (another run's late deltas, events of the session outside the run).
+    """
+    try:
+        async for item in items:
+            if isinstance(item, StreamEnd):
+                yield item
+                return
+            out: Batch = []
+            finished = False
+            for entry in item:
+                if isinstance(entry, Ephemeral):
+                    if entry.frame.get("run_id") in (None, run_id):
+                        out.append(entry)
+                elif entry.event.run_id == run_id:
+                    out.append(entry)
+                    if entry.event.type == EventType.RUN_FINISHED:
+                        finished = True
+                        break
+            if out:
+                yield out
+            if finished:
+                return
+    finally:
+        await items.aclose()
 
 
 async def tenant_timeline(
@@ -167,13 +226,19 @@ def ephemeral_frame(item: Ephemeral) -> ServerSentEvent:
 
 
 def end_frame(end: StreamEnd) -> ServerSentEvent:
+    """`overflow` or `shutdown`: reconnect after `resume_after`. A `shutdown` frame also says
+    so the way a run's stream always did (`reason`, `reconnect`, `last_seq` on a session's
+    or run's stream, whose cursor is a seq); one frame for every stream."""
     detail = {
         "overflow": "this client fell too far behind; reconnect with Last-Event-ID",
         "shutdown": "the server is shutting down; reconnect with Last-Event-ID",
     }.get(end.reason, end.reason)
-    return ServerSentEvent(
-        event=end.reason, data=_json({"resume_after": end.resume_after, "detail": detail})
-    )
+    body: dict[str, Any] = {"resume_after": end.resume_after, "detail": detail}
+    if end.reason == "shutdown":
+        body.update(reason="server_shutdown", reconnect=True)
+        if end.resume_after.isdigit():
+            body["last_seq"] = int(end.resume_after)
+    return ServerSentEvent(event=end.reason, data=_json(body))
 
 
 def error_frame(exc: BaseException, instance: str) -> ServerSentEvent:

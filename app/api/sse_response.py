@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -20,8 +21,8 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from app.runtime.errors import TooManyStreams
+from app.runtime.session.subscription import Subscription
 from app.settings import Settings
-from app.store.subscription import Subscription
 
 log = logging.getLogger("app.api.sse")
 
@@ -99,18 +100,32 @@ class StreamResponse(EventSourceResponse):
     """An EventSourceResponse with the service's stream settings that owns a slot."""
 
     def __init__(
-        self, content: Any, *, slot: StreamSlot, stop: StreamStop, settings: Settings
+        self,
+        content: Any,
+        *,
+        slot: StreamSlot | None,
+        stop: StreamStop,
+        settings: Settings,
+        cleanup: Callable[[], None] | None = None,
+        media_type: str = "text/event-stream",
     ) -> None:
         super().__init__(
             content,
             headers=_HEADERS,
+            media_type=media_type,
             ping=settings.sse_ping_seconds,
             send_timeout=settings.sse_send_timeout_seconds,
             shutdown_event=stop,  # type: ignore[arg-type]  # duck-typed, see StreamStop
             shutdown_grace_period=settings.sse_shutdown_grace_seconds,
         )
         self._slot = slot
-        weakref.finalize(self, slot.release)
+        # Resources taken before the body starts (a run stream's subscription) are given
+        # back however the response ends, like the slot.
+        self._cleanup = cleanup
+        if slot is not None:
+            weakref.finalize(self, slot.release)
+        if cleanup is not None:
+            weakref.finalize(self, cleanup)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -120,7 +135,11 @@ class StreamResponse(EventSourceResponse):
             # point of send_timeout, not an error of the application.
             log.info("stream closed: a send blocked for %s s", self.send_timeout)
         finally:
-            self._slot.release()
+            if self._slot is not None:
+                self._slot.release()
+            if self._cleanup is not None:
+                with contextlib.suppress(Exception):
+                    self._cleanup()
             # The generator's own cleanup (unsubscribing) must run now, not whenever the
             # garbage collector finalises it; it is a no-op if the generator already ended.
             with anyio.move_on_after(2.0, shield=True), contextlib.suppress(Exception):

@@ -27,11 +27,11 @@ from app.api.sse import (
 )
 from app.api.sse_response import StreamResponse, StreamStop
 from app.api.views import rfc3339
+from app.runtime.access.stream_tokens import StreamGrant
 from app.runtime.errors import CursorOutOfRange, SessionNotFound, Unauthorized
-from app.runtime.events import Event
 from app.runtime.ports import TenantCursor, TenantPage
-from app.runtime.stream_tokens import StreamGrant
-from app.store.subscription import Subscription
+from app.runtime.session.events import Event
+from app.runtime.session.subscription import Subscription
 
 router = APIRouter(tags=["streams"])
 
@@ -67,13 +67,18 @@ async def stream_session_events(
     types: Types = None,
     include: Annotated[
         list[Literal["deltas"]] | None,
-        Query(description="`deltas`: also send this server's ephemeral delta frames (no id)."),
+        Query(
+            description="`deltas`: also send the session's token deltas, whichever replica "
+            "runs the model (no id; opened mid-turn, the first is the text so far, "
+            "`catch_up: true`)."
+        ),
     ] = None,
 ) -> Response:
     """The session's live timeline over Server-Sent Events: every event after the cursor
     (`Last-Event-ID`, else `after_seq`), then new events as they are committed, with no gap and
     no duplicate. Frames: `id` = seq, `event` = the event type, `data` = the event JSON; with
-    `include=deltas` also this server's delta frames (no id). The stream may end with an
+    `include=deltas` also the runs' delta frames (no id; see the streams reference: `offset`,
+    and the `catch_up` frame a stream opened mid-turn starts with). The stream may end with an
     `overflow` or `shutdown` frame: reconnect with `Last-Event-ID`. Browsers authenticate with a
     stream token in `?token=` (EventSource cannot send headers).
     """

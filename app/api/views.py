@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.runtime.events import Event
 from app.runtime.ports import AppendResult, SessionRecord
-from app.runtime.service import Loaded
-from app.runtime.state import SessionState
+from app.runtime.session.events import Event
+from app.runtime.session.service import Loaded
+from app.runtime.session.state import SessionState
 
 
 def session_summary(record: SessionRecord) -> dict[str, Any]:

@@ -9,7 +9,9 @@ knows about HTTP.
     │   ├── SessionNotFound          (also: another tenant's session)
     │   ├── SnapshotNotFound
     │   ├── ProcessNotFound
-    │   └── ProcessesDisabled        (the process plane is off: its routes do not exist)
+    │   ├── ProcessesDisabled        (the process plane is off: its routes do not exist)
+    │   ├── WebhookNotFound          (also: another tenant's subscription)
+    │   └── DeliveryNotFound
     ├── Conflict
     │   ├── SessionAlreadyExists
     │   ├── SeqConflict              (append with a stale expected_seq; carries current_seq)
@@ -17,12 +19,15 @@ knows about HTTP.
     │   ├── BindingMismatch
     │   ├── RunAlreadyActive / RunNotActive / RunFenced / NothingPending
     │   ├── ProcessNotRunning        (stdin to a process that has ended)
+    │   ├── TooManyWebhooks          (the tenant's cap on subscriptions)
     │   └── IdempotentReplay
     ├── InvalidRequest
     │   ├── InvalidForkPoint
     │   ├── InvalidItems
     │   ├── IdempotencyKeyReused     (same key, different body)
     │   ├── CommandNotAllowed        (not on the allowlist, or on the denylist)
+    │   ├── UnsafeWebhookTarget      (SSRF: a webhook URL this server will not call)
+    │   ├── InvalidWebhook           (an unknown event type, a bad filter)
     │   ├── WorkspaceOutsideRoot     (a workspace name that would leave the root)
     │   ├── DelegationTooDeep        (the parent chain is at the depth limit)
     │   ├── UnknownModelProfile      (the agent names a profile this server does not have)
@@ -42,6 +47,8 @@ knows about HTTP.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -321,6 +328,19 @@ class Unauthorized(AgentSessionError):
         super().__init__("missing or invalid API key")
 
 
+@dataclass(frozen=True, slots=True)
+class OutageSignature:
+    """How the persistence layer's outages arrive (the store names them, `app.store.outage`;
+    the API answers them 503 `database_unavailable`): the exception classes to catch, and
+    the check that decides for one instance. The default recognises nothing."""
+
+    types: tuple[type[Exception], ...] = ()
+    check: Callable[[BaseException], bool] = field(default=lambda _exc: False)
+
+    def __call__(self, exc: BaseException) -> bool:
+        return self.check(exc)
+
+
 class DatabaseUnavailable(AgentSessionError):
     """The database cannot be reached right now (refused, lost, pool exhausted): the request
     did nothing the client can see, or nothing it cannot safely retry, and may succeed later."""
@@ -369,3 +389,47 @@ class TooManyProcesses(TooManyRequests):
             f"this tenant already has {limit} live processes on this server",
             retry_after=retry_after,
         )
+
+
+class WebhookNotFound(NotFound):
+    """No such webhook subscription (another tenant's is not found either)."""
+
+    code = "webhook_not_found"
+
+    def __init__(self, webhook_id: str) -> None:
+        super().__init__(f"no webhook subscription {webhook_id!r}", webhook_id=webhook_id)
+
+
+class DeliveryNotFound(NotFound):
+    """No delivery of this event to this subscription."""
+
+    code = "delivery_not_found"
+
+    def __init__(self, webhook_id: str, delivery_id: str) -> None:
+        super().__init__(
+            f"subscription {webhook_id!r} has no delivery {delivery_id!r}",
+            webhook_id=webhook_id,
+            delivery_id=delivery_id,
+        )
+
+
+class UnsafeWebhookTarget(InvalidRequest):
+    """A webhook URL this server will not call: not http(s), or a loopback, private,
+    link-local or otherwise non-public address that the operator did not allow (SSRF)."""
+
+    code = "unsafe_webhook_target"
+
+
+class InvalidWebhook(InvalidRequest):
+    """A subscription that cannot match anything: an unknown event type, a bad filter."""
+
+    code = "invalid_webhook"
+
+
+class TooManyWebhooks(Conflict):
+    """The tenant has as many subscriptions as the operator allows."""
+
+    code = "too_many_webhooks"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this tenant already has {limit} webhook subscriptions", limit=limit)

@@ -41,6 +41,19 @@ class Observer(Protocol):
     def lease_expired(self) -> None:
         """A run's lease expired and the sweeper marked it interrupted."""
 
+    def webhook_attempted(self, *, outcome: str) -> None:
+        """A webhook delivery attempt was settled: delivered, pending (to be retried) or
+        failed (given up)."""
+
+    def webhook_delivered(self, *, lag_seconds: float) -> None:
+        """A webhook delivery succeeded `lag_seconds` after its event was committed."""
+
+    def schedule_fired(self, *, trigger: str) -> None:
+        """A schedule's tick started a run (`trigger`: schedule or manual)."""
+
+    def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
+        """`ticks` of a schedule started no run: missed, the session busy or gone, ..."""
+
 
 class NullObserver:
     """Reports nowhere: the default for the CLI and for code built without metrics."""
@@ -69,6 +82,18 @@ class NullObserver:
         return None
 
     def lease_expired(self) -> None:
+        return None
+
+    def webhook_attempted(self, *, outcome: str) -> None:
+        return None
+
+    def webhook_delivered(self, *, lag_seconds: float) -> None:
+        return None
+
+    def schedule_fired(self, *, trigger: str) -> None:
+        return None
+
+    def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
         return None
 
 

@@ -6,11 +6,14 @@ is its implementation on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from app.runtime.events import Event, NewEvent
+from app.runtime.session.events import Event, NewEvent
+from app.runtime.session.subscription import Subscription
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,49 @@ class RunFinish:
     stop_reason: str | None
     output: str | None = None
     error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A schedule: its target, cadence, policies, and the tick it fires next (or is firing:
+    `claim_tick_at`, claimed by `claimed_by` until `claim_expires_at`)."""
+
+    tenant_id: str
+    schedule_id: str
+    session_id: str | None
+    agent_name: str | None
+    input: Any
+    cron: str | None
+    timezone: str
+    interval_seconds: int | None
+    anchor_at: datetime
+    missed: str
+    multitask: str
+    status: str
+    metadata: dict[str, Any]
+    next_fire_at: datetime | None
+    claim_tick_at: datetime | None
+    claimed_by: str | None
+    claim_expires_at: datetime | None
+    last_fired_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FireRecord:
+    """What one tick of a schedule did (`ticks` > 1: a row standing for missed ticks)."""
+
+    schedule_id: str
+    tick_at: datetime
+    trigger: str  # schedule | manual
+    outcome: str  # started | skipped | failed
+    reason: str | None
+    ticks: int
+    run_id: str | None
+    session_id: str | None
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +264,14 @@ class SessionStore(Protocol):
         at_seq: int,
         session: NewSession,
         events: list[NewEvent],
-        snapshot_state: dict[str, Any],
         idempotency: IdempotencyToken | None = None,
-    ) -> AppendResult: ...
+    ) -> AppendResult:
+        """A child whose ledger is a copy of the source's events 1..at_seq, then `events`,
+        with a copy of the source's newest snapshot at or below `at_seq` (the fold of the
+        same events, so the child's too): both copied inside the database, never folded,
+        decoded or encoded on the way. Its first cold load folds the events after that
+        snapshot (and keeps a snapshot if they are many, as every load does)."""
+        ...
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
 
@@ -297,14 +348,53 @@ class SessionStore(Protocol):
     ) -> None: ...
 
 
-class LiveFrames(Protocol):
-    """Ephemeral frames (token and reasoning deltas) for live subscribers of this process.
+class RunStore(Protocol):
+    """The run rows and the writes that go with them (DESIGN §9): leases, fences, the
+    events a run writes. `SessionRuntime` is their only caller."""
 
-    They have no seq, are never persisted, and reach only subscribers connected to the
-    process that runs the model; committed events reach every replica through the bus.
+    def run_values(self, tenant_id: str, session_id: str, **kw: Any) -> dict[str, Any]: ...
+    async def start_run(
+        self, tenant_id: str, session_id: str, **kw: Any
+    ) -> tuple[RunRecord, AppendResult]: ...
+    async def enqueue_run(self, tenant_id: str, session_id: str, **kw: Any) -> RunRecord: ...
+    async def claim_run(
+        self, tenant_id: str, run_id: str, **kw: Any
+    ) -> tuple[RunRecord, AppendResult]: ...
+    async def append_run_events(self, tenant_id: str, run_id: str, **kw: Any) -> AppendResult: ...
+    async def renew_lease(self, tenant_id: str, run_id: str, **kw: Any) -> bool: ...
+    async def fence_run(self, tenant_id: str, run_id: str, **kw: Any) -> RunRecord | None: ...
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, **kw: Any
+    ) -> AppendResult | None: ...
+    async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None: ...
+    async def list_runs(
+        self, tenant_id: str, session_id: str, *, limit: int = 100
+    ) -> list[RunRecord]: ...
+    async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]: ...
+    async def delete_expired_idempotency_keys(self) -> int: ...
+    async def get_schema_revision(self) -> str | None: ...
+
+
+class RuntimeStore(SessionStore, RunStore, Protocol):
+    """Everything the runtime asks of persistence (`app.store.AgentSessionStore`)."""
+
+
+class LiveFrames(Protocol):
+    """Ephemeral frames (token and reasoning deltas) for live subscribers on every replica.
+
+    They have no seq and are never persisted. The bus relays them (coalesced) to the other
+    replicas and keeps the turn's text so far for subscribers that join mid-turn, until
+    `end_turn` says the turn's text is final.
     """
 
     def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None: ...
+
+    async def end_turn(
+        self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
+    ) -> None:
+        """The turn's model call returned; returns once its deltas are on their way to every
+        replica (so they precede the turn's events there)."""
+        ...
 
 
 class NoLiveFrames:
@@ -312,3 +402,56 @@ class NoLiveFrames:
 
     def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None:
         return None
+
+    async def end_turn(
+        self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
+    ) -> None:
+        return None
+
+@dataclass(frozen=True, slots=True)
+class RunSignal:
+    """A control message about a run for the replica that executes it.
+
+    `kind` is "interrupt": the run was fenced (cancelled, interrupted, swept), so its owner
+    stops its model call or tool now. Delivery is best effort: the owner's lease renewal
+    finds the fence anyway, one heartbeat later.
+    """
+
+    kind: str
+    tenant_id: str
+    run_id: str
+
+
+class RunControl(Protocol):
+    """Run control across replicas (the bus: NOTIFY on PostgreSQL, in-process on SQLite)."""
+
+    async def send_control(self, signal: RunSignal) -> None: ...
+
+    def on_control(self, handler: Callable[[RunSignal], None]) -> None: ...
+
+
+class LocalControl:
+    """Run control within one process: the default when no bus is wired in."""
+
+    def __init__(self) -> None:
+        self._handlers: list[Callable[[RunSignal], None]] = []
+
+    async def send_control(self, signal: RunSignal) -> None:
+        for handler in list(self._handlers):
+            handler(signal)
+
+    def on_control(self, handler: Callable[[RunSignal], None]) -> None:
+        self._handlers.append(handler)
+
+
+class LiveBus(LiveFrames, RunControl, Protocol):
+    """The event bus as the API and the runtime see it (`app.store.bus.EventBus`): live
+    subscriptions to a session or a tenant, ephemeral frames, run control."""
+
+    def subscribe(
+        self, tenant_id: str, session_id: str, *, head: int, deltas: bool = False
+    ) -> AbstractContextManager[Subscription]: ...
+
+    def subscribe_tenant(self, tenant_id: str) -> AbstractContextManager[Subscription]: ...
+
+    def stats(self) -> dict[str, Any]: ...

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.runtime.events import Event
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import SessionRecord
+from app.runtime.session.events import Event
 from app.store.engine import WRITE_OPTION
 from app.store.notify import Announcer, Notifier, Wakeup
 from app.tracing import span
@@ -96,7 +96,7 @@ class StoreBase(ABC):
         stored function's): wake this process's listeners, count the events."""
         if not events:
             return
-        self.announcer.after_commit([Wakeup(tenant_id, session_id, events[-1].seq)])
+        self.announcer.after_commit([Wakeup(tenant_id, session_id, events[-1].seq, tuple(events))])
         self.observer.events_appended([e.type for e in events])
 
     async def flush_wakeups(self) -> None:
@@ -127,22 +127,23 @@ class StoreBase(ABC):
         """The dialect's INSERT, which knows ON CONFLICT on both databases."""
 
 
-_APPENDED = "asr_appended_event_types"
+# conn.info key of the event types a write transaction inserted (see note_appended).
+APPENDED = "asr_appended_event_types"
 
 
 @asynccontextmanager
 async def _collecting(conn: AsyncConnection, into: list[str]) -> AsyncIterator[None]:
     # conn.info lives as long as the pooled DBAPI connection: always take the list off again.
-    conn.info[_APPENDED] = into
+    conn.info[APPENDED] = into
     try:
         yield
     finally:
-        conn.info.pop(_APPENDED, None)
+        conn.info.pop(APPENDED, None)
 
 
 def note_appended(conn: AsyncConnection, types: list[str]) -> None:
     """Record event types inserted in this write transaction (reported after commit)."""
-    collected = conn.info.get(_APPENDED)
+    collected = conn.info.get(APPENDED)
     if collected is not None:
         collected.extend(types)
 

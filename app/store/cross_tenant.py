@@ -5,8 +5,9 @@ only that tenant's rows: there is no tenant value that means "all of them", so n
 query that forgets its filter nor SQL injected into the app role's connection can reach
 across tenants. What must reach across is listed here, one method per need: finding an API
 key by its prefix before the tenant is known (authentication, revocation, stream checks),
-the run sweeper's stale runs, the expired Idempotency-Keys, and the operators' tenant
-lookups (the CLI, retention, the bootstrap tenant).
+the run sweeper's stale runs, the webhook deliverers' claims, the schedulers' due schedules,
+the expired Idempotency-Keys,
+and the operators' tenant lookups (the CLI, retention, the bootstrap tenant).
 
 Each backend implements them its own way: `app.store.sqlite` with plain SQL (SQLite, the
 single-tenant embedded default, has no row-level security), `app.store.postgres` by calling
@@ -21,6 +22,7 @@ from collections.abc import Collection
 from typing import Any
 
 from app.runtime.ports import ApiKeyRecord, RunRecord, TenantRecord
+from app.runtime.webhooks.records import Claim
 from app.store.base import StoreBase, as_utc
 
 
@@ -79,5 +81,27 @@ class CrossTenantStore(StoreBase):
         """
 
     @abstractmethod
+    async def claim_webhook_deliveries(
+        self, *, owner: str, limit: int, lease_seconds: int
+    ) -> list[Claim]:
+        """Claim up to `limit` due webhook deliveries for `owner` until `lease_seconds` from
+        now, whichever their tenant; each is the oldest pending delivery of its
+        (subscription, session), of an active subscription, and not claimed by a live claim.
+
+        The deliverer of every replica calls this; it then reads each claimed delivery and
+        settles its attempt in the tenant's own transaction (`WebhookTables`).
+        """
+
+    @abstractmethod
     async def delete_expired_idempotency_keys(self) -> int:
         """Delete every tenant's expired Idempotency-Key rows; returns how many."""
+
+    @abstractmethod
+    async def list_due_schedules(self, *, limit: int = 100) -> list[tuple[str, str]]:
+        """(tenant_id, schedule_id) of active schedules whose next tick is due, or whose
+        claimed tick's claim expired, earliest first.
+
+        Every replica's scheduler reads this (the system's own work, never a request); it
+        then claims each tick in the tenant's own transaction, conditionally on the row's
+        version, so exactly one replica fires it.
+        """

@@ -22,10 +22,10 @@ from sqlalchemy import bindparam, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import PayloadTooLarge
-from app.runtime.events import Event, NewEvent
 from app.runtime.ports import SessionLoad, SessionRecord, SnapshotRecord
-from app.runtime.redaction import Redactor
-from app.runtime.state import state_hash
+from app.runtime.session.events import Event, NewEvent
+from app.runtime.session.redaction import Redactor
+from app.runtime.session.state import state_hash
 from app.store.base import as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
 from app.store.tables import runs, session_events, session_snapshots, sessions

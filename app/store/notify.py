@@ -19,6 +19,10 @@ The payload is `<tenant_id>:<session_id>:<last_seq>`: a wake-up, never the event
 fetch the rows from the table. A payload that would exceed `MAX_PAYLOAD_BYTES` (only with
 very long ids) is sent as `<tenant_id>:` — "something changed in this tenant" — so nothing is
 ever truncated into a wrong session id.
+
+Run control (cancel, interrupt) has a channel of its own, `asr_control`: a message names a
+run that was just fenced, so that the replica executing it aborts its model call or tool at
+once instead of at its next lease renewal (which stays the fallback when a message is lost).
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.runtime.session.events import Event
 from app.store.postgres.calls import call
 
 log = logging.getLogger("app.store.notify")
 
 CHANNEL = "asr_events"
+CONTROL_CHANNEL = "asr_control"
 MAX_PAYLOAD_BYTES = 200  # PostgreSQL allows 8000; a wake-up needs far less
 _TOUCHED = "asr_touched_sessions"
 # One statement for a batch; the transaction is a notification only, so it commits without
@@ -49,12 +55,15 @@ _NOTIFY = (
 class Wakeup:
     """Session `session_id` of `tenant_id` has events up to `last_seq` (None: unknown).
 
-    `session_id` None means any session of the tenant may have changed.
+    `session_id` None means any session of the tenant may have changed. `events`, in this
+    process only (never sent), are the committed events ending at `last_seq` when the writer
+    has them (a stored function's append): the bus hands them on without reading them back.
     """
 
     tenant_id: str
     session_id: str | None = None
     last_seq: int | None = None
+    events: tuple[Event, ...] = ()
 
 
 def encode_wakeup(wakeup: Wakeup) -> str:
@@ -75,6 +84,25 @@ def decode_wakeup(payload: str) -> Wakeup | None:
     if not session_id or not sep or not seq.isdigit():
         return None
     return Wakeup(tenant_id, session_id, int(seq))
+
+
+# ------------------------------------------------------------------- run control
+
+
+def encode_control(kind: str, tenant_id: str, run_id: str) -> str | None:
+    """`<kind>:<tenant_id>:<run_id>`, or None when it would not fit a NOTIFY payload (then
+    the owner learns it at its next lease renewal)."""
+    payload = f"{kind}:{tenant_id}:{run_id}"
+    return payload if len(payload.encode()) <= MAX_PAYLOAD_BYTES else None
+
+
+def decode_control(payload: str) -> tuple[str, str, str] | None:
+    """(kind, tenant_id, run_id) of a control payload, or None for one that is not ours."""
+    kind, _, rest = payload.partition(":")
+    tenant_id, _, run_id = rest.partition(":")
+    if not kind or not tenant_id or not run_id:
+        return None
+    return kind, tenant_id, run_id
 
 
 class Notifier:
@@ -106,6 +134,13 @@ class Notifier:
                 )
             except Exception:  # the events are committed; readers' polls will find them
                 log.warning("sending %d wake-ups failed", len(payloads), exc_info=True)
+
+    async def send_control(self, payload: str) -> None:
+        """One control message to every replica, at once (not coalesced: it is rare and
+        each one names a different run)."""
+        await call(
+            self.engine, _NOTIFY, (CONTROL_CHANNEL, [payload]), in_transaction=self.in_transaction
+        )
 
     async def flush(self) -> None:
         """Wait until every posted wake-up was sent (shutdown, tests)."""

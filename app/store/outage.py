@@ -17,6 +17,8 @@ import asyncpg
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from app.runtime.errors import OutageSignature
+
 # The classes to catch; `is_database_outage` then decides for the instance.
 OUTAGE_ERROR_TYPES: tuple[type[Exception], ...] = (
     DBAPIError,
@@ -77,3 +79,7 @@ def _raised_in_driver(tb: TracebackType | None) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+# What the API is given (by `app.main`) to answer outages 503: it never imports the store.
+OUTAGES = OutageSignature(types=OUTAGE_ERROR_TYPES, check=is_database_outage)

@@ -163,7 +163,6 @@ class RunStore(LedgerStore):
         await self.seal(conn, tenant_id, idempotency, result)
         return run
 
-
     async def renew_lease(
         self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
     ) -> bool:
@@ -213,7 +212,6 @@ class RunStore(LedgerStore):
                 )
             )
         return before if result.rowcount > 0 else None
-
 
     async def _get_run(
         self, conn: AsyncConnection, tenant_id: str, run_id: str

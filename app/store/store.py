@@ -16,16 +16,19 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.observer import NullObserver, Observer
-from app.runtime.redaction import Redactor
+from app.runtime.session.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.base import NO_TENANT
 from app.store.maintenance import MaintenanceStore
 from app.store.notify import Notifier
 from app.store.runs import RunStore
+from app.store.schedules import ScheduleStore
+from app.store.webhooks import WebhookTables
 
 
-class AgentSessionStore(RunStore, AccountStore, MaintenanceStore):
-    """Tenant-scoped persistence of sessions, events, snapshots, keys and idempotency rows."""
+class AgentSessionStore(RunStore, WebhookTables, ScheduleStore, AccountStore, MaintenanceStore):
+    """Tenant-scoped persistence of sessions, events, snapshots, runs, webhooks, schedules,
+    keys and idempotency rows."""
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -92,6 +93,14 @@ sessions = Table(
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
     # Keyset pagination walks (created_at, session_id) newest first within a tenant.
     Index(None, "tenant_id", "created_at", "session_id"),
+    # The run sweeper's "sessions still held by a run": only the few that hold one.
+    Index(
+        None,
+        "tenant_id",
+        "active_run_id",
+        postgresql_where=text("active_run_id IS NOT NULL"),
+        sqlite_where=text("active_run_id IS NOT NULL"),
+    ),
 )
 
 session_snapshots = Table(
@@ -200,6 +209,136 @@ runs = Table(
     Index(None, "status", "lease_expires_at"),
 )
 
+webhook_subscriptions = Table(
+    "webhook_subscriptions",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("webhook_id", String(64), nullable=False),
+    Column("url", Text, nullable=False),
+    # A JSON list of event types; ["*"] is every type. The outbox triggers match on it.
+    Column("event_types", Json, nullable=False),
+    Column("session_id", Id, nullable=True),
+    # A flat JSON object: a session's metadata must hold each key with exactly this value.
+    Column("metadata_filter", Json, nullable=True),
+    Column("description", String(256), nullable=True),
+    # The Standard Webhooks signing secret (`whsec_<base64>`); never in events, logs or
+    # answers other than the creating one.
+    Column("secret", String(128), nullable=False),
+    # active | disabled (by the tenant, or by the deliverer after deliveries kept failing)
+    Column("state", String(16), nullable=False),
+    Column("disabled_reason", String(64), nullable=True),
+    Column("consecutive_failures", Integer, nullable=False),
+    Column("last_success_at", Timestamp, nullable=True),
+    Column("last_failure_at", Timestamp, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "webhook_id"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    # The outbox triggers ask "has this tenant an active subscription?" on every insert.
+    Index(None, "tenant_id", "state"),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    # The transactional outbox: one row per (subscription, matching event), written by a
+    # trigger on session_events in the transaction of the event (migration 0010).
+    Column("tenant_id", String(64), nullable=False),
+    Column("webhook_id", String(64), nullable=False),
+    Column("session_id", Id, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("event_id", String(36), nullable=False),
+    Column("event_type", String(64), nullable=False),
+    # pending -> delivered | failed (retries exhausted); redeliver makes it pending again
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", Timestamp, nullable=False),
+    # A claim: the replica delivering it, until when (a dead replica's claim lapses).
+    Column("claimed_by", String(128), nullable=True),
+    Column("claimed_until", Timestamp, nullable=True),
+    # When the current round of retries began (the first attempt, or the last redeliver).
+    Column("retry_started_at", Timestamp, nullable=True),
+    Column("last_attempt_at", Timestamp, nullable=True),
+    Column("last_error", String(512), nullable=True),
+    Column("response_code", Integer, nullable=True),
+    Column("delivered_at", Timestamp, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    # Per subscription and session, in seq order: only the oldest pending row is due.
+    PrimaryKeyConstraint("tenant_id", "webhook_id", "session_id", "seq"),
+    UniqueConstraint("webhook_id", "event_id"),
+    ForeignKeyConstraint(
+        ["tenant_id", "webhook_id"],
+        ["webhook_subscriptions.tenant_id", "webhook_subscriptions.webhook_id"],
+        ondelete="CASCADE",
+    ),
+    ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    ),
+    # The delivery log, newest first.
+    Index(None, "tenant_id", "webhook_id", "created_at"),
+    # The deliverers' work list.
+    Index(None, "status", "next_attempt_at"),
+)
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("schedule_id", String(64), nullable=False),
+    # The target: an existing session, or (agent_name) a new session from a blueprint per tick.
+    Column("session_id", Id, nullable=True),
+    Column("agent_name", String(64), nullable=True),
+    Column("input", Json, nullable=True),
+    Column("cron", String(128), nullable=True),
+    Column("timezone", String(64), nullable=False),
+    Column("interval_seconds", Integer, nullable=True),
+    Column("anchor_at", Timestamp, nullable=False),
+    Column("missed", String(16), nullable=False),  # skip | run_once
+    Column("multitask", String(16), nullable=False),  # skip | enqueue | interrupt
+    Column("status", String(16), nullable=False),  # active | paused
+    Column("metadata", Json, nullable=False),
+    Column("next_fire_at", Timestamp, nullable=True),
+    # A tick being fired: which (decided once, so a retry fires the same tick with the same
+    # Idempotency-Key), by whom, until when; a claim that expires is retried by any replica.
+    Column("claim_tick_at", Timestamp, nullable=True),
+    Column("claimed_by", String(128), nullable=True),
+    Column("claim_expires_at", Timestamp, nullable=True),
+    Column("last_fired_at", Timestamp, nullable=True),
+    Column("version", Integer, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "schedule_id"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    # Keyset pagination, newest first.
+    Index(None, "tenant_id", "created_at", "schedule_id"),
+    # Every replica's scheduler looks for due schedules across tenants.
+    Index(None, "status", "next_fire_at"),
+)
+
+# What each tick of a schedule did: the run it started (and its session), or why it did not.
+schedule_fires = Table(
+    "schedule_fires",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("schedule_id", String(64), nullable=False),
+    Column("tick_at", Timestamp, nullable=False),
+    Column("trigger", String(16), nullable=False),  # schedule | manual
+    Column("outcome", String(16), nullable=False),  # started | skipped | failed
+    Column("reason", String(64), nullable=True),
+    Column("ticks", Integer, nullable=False),  # how many ticks the row stands for (missed ones)
+    Column("run_id", String(64), nullable=True),
+    Column("session_id", Id, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "schedule_id", "tick_at", "trigger"),
+    ForeignKeyConstraint(
+        ["tenant_id", "schedule_id"],
+        ["schedules.tenant_id", "schedules.schedule_id"],
+        ondelete="CASCADE",
+    ),
+)
+
 counters = Table(
     "counters",
     metadata,
@@ -216,6 +355,8 @@ TENANT_TABLES = (
     "session_events",
     "idempotency_keys",
     "runs",
+    "webhook_subscriptions",
+    "webhook_deliveries",
 )
 
 __all__ = [
@@ -225,8 +366,12 @@ __all__ = [
     "idempotency_keys",
     "metadata",
     "runs",
+    "schedule_fires",
+    "schedules",
     "session_events",
     "session_snapshots",
     "sessions",
     "tenants",
+    "webhook_deliveries",
+    "webhook_subscriptions",
 ]

@@ -70,7 +70,7 @@ def _type_of(schema: dict[str, Any]) -> str:
 
 
 def _events() -> str:
-    from app.runtime.event_catalogue import event_catalogue
+    from app.runtime.session.event_catalogue import event_catalogue
 
     out: list[str] = []
     for info in event_catalogue():

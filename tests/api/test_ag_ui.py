@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
-from app.runtime.events import EventType
+from app.runtime.session.events import EventType
 from app.settings import Settings
 from tests.conftest import TenantKey
 
@@ -68,15 +69,16 @@ async def test_text_streams_in_protocol_order_and_is_an_ordinary_run(
 ) -> None:
     thread = f"t-{uuid.uuid4().hex[:8]}"
     events = await ag_ui(client, run_input(thread, [user("[words:5]")], runId="run-1"))
-    assert types(events) == [
-        "RUN_STARTED",
-        "STEP_STARTED",
-        "TEXT_MESSAGE_START",
-        *["TEXT_MESSAGE_CONTENT"] * 5,
-        "TEXT_MESSAGE_END",
-        "STEP_FINISHED",
-        "RUN_FINISHED",
-    ]
+    # Deltas are coalesced, so the five words come in one to five CONTENT events, and live
+    # ones may overtake the step's events on the bus (a text message needs no step): the
+    # protocol's own order is what holds.
+    kinds = [kind for kind, _ in itertools.groupby(types(events))]  # runs of CONTENT as one
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED", kinds
+    text = [k for k in kinds if k.startswith("TEXT_MESSAGE_")]
+    assert text[0] == "TEXT_MESSAGE_START" and text[-1] == "TEXT_MESSAGE_END", kinds
+    assert set(text[1:-1]) == {"TEXT_MESSAGE_CONTENT"}, kinds
+    assert kinds.index("STEP_STARTED") < kinds.index("STEP_FINISHED"), kinds
+    assert 1 <= types(events).count("TEXT_MESSAGE_CONTENT") <= 5
     assert events[0]["threadId"] == thread and events[0]["runId"] == "run-1"
     finished = events[-1]
     assert finished["outcome"] == {"type": "success"}

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.api.ag_ui_stream import Translator
-from app.runtime.events import Event
+from app.runtime.session.events import Event
 
 
 def event(seq: int, kind: str, payload: dict[str, Any], turn_id: str | None = "t1") -> Event:

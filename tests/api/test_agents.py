@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
-from app.runtime.blueprints import BlueprintError, parse_blueprints
-from app.runtime.tools import ToolRegistry
+from app.runtime.runs.blueprints import BlueprintError, parse_blueprints
+from app.runtime.tools.registry import ToolRegistry
 from app.settings import Settings
 from tests.conftest import ROOT, TenantKey
 

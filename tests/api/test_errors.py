@@ -26,7 +26,7 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict:
 async def test_missing_bad_and_revoked_keys_get_the_same_401(
     anon: httpx.AsyncClient, store: AgentSessionStore, tenant: TenantKey
 ) -> None:
-    from app.runtime.accounts import Accounts
+    from app.runtime.access.accounts import Accounts
 
     raw, record = await Accounts(store).create_key(tenant.name, name="to-revoke")
     await Accounts(store).revoke_key(record.prefix)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 from jsonschema import Draft202012Validator
 
-from app.runtime.event_catalogue import event_catalogue
-from app.runtime.events import EventType
+from app.runtime.session.event_catalogue import event_catalogue
+from app.runtime.session.events import EventType
 
 
 async def test_every_event_type_is_served_with_its_description_and_schema(

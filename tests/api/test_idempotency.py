@@ -8,7 +8,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.runtime.service import SessionRuntime
+from app.runtime.session.service import SessionRuntime
 from tests.conftest import TenantKey
 
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.runtime.json_limits import MAX_JSON_DEPTH
+from app.runtime.session.json_limits import MAX_JSON_DEPTH
 
 JSON = {"Content-Type": "application/json"}
 

@@ -14,8 +14,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import build_models, create_app
-from app.runtime.mcp.config import McpConfigError, parse_servers
 from app.runtime.models.profiles import ProfileError, build_profiles
+from app.runtime.tools.mcp.config import McpConfigError, parse_servers
 from app.settings import Settings
 from tests.conftest import ROOT, TenantKey
 

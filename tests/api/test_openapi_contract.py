@@ -17,7 +17,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from app.runtime.events import EventType
+from app.runtime.session.events import EventType
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$")
 VERBS = {"get", "post", "put", "patch", "delete"}

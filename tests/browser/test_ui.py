@@ -92,12 +92,14 @@ async def test_live_timeline_deltas_final_output_and_fork(
     await expect(row(page, "FINAL_OUTPUT").locator(".summary")).to_have_text(WORDS_30)
     await expect(row(page, "RUN_FINISHED").locator(".summary")).to_have_text("finished · COMPLETED")
     await expect(page.locator("#run-stop")).to_have_text("COMPLETED")
-    assert await page.locator(".event.live").get_attribute("data-frames") == "30"
+    # The row keeps the first source's frames: the POST's run stream (a frame per word) or
+    # the timeline's (coalesced: the first word at once, the rest within 25 ms).
+    assert int(await page.locator(".event.live").get_attribute("data-frames")) >= 2
 
     growth = await page.evaluate("window.__growth")
     before_final = [g["length"] for g in growth if not g["final"] and g["length"]]
     # The text was built up frame by frame, and was there (growing) before FINAL_OUTPUT.
-    assert len(set(before_final)) >= 10, growth
+    assert len(set(before_final)) >= 2, growth
     assert before_final == sorted(before_final), growth
     assert max(before_final) == len(WORDS_30), growth
 
@@ -291,7 +293,7 @@ def replica_b(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 async def test_timeline_on_replica_a_fills_live_with_a_run_started_on_replica_b(
-    ui: Page, ui_server: Server, replica_b: Server, tenant: TenantKey
+    ui: Page, ui_server: Server, replica_b: Server, tenant: TenantKey, database_url: str
 ) -> None:
     page = await open_page(ui, ui_server, tenant)
     sid = await create_session(page, "case=replicas")
@@ -318,6 +320,55 @@ async def test_timeline_on_replica_a_fills_live_with_a_run_started_on_replica_b(
     assert seqs == [e["seq"] for e in ledger["data"]]
     ids = await row(page, "FINAL_OUTPUT").locator(".ids").get_attribute("title")
     assert ids is not None and ids.startswith(run_id)
-    # Deltas are ephemeral and local to the replica that runs the model: none reach A.
-    await expect(page.locator(".event.live")).to_have_count(0)
+    if not database_url.startswith("postgresql"):
+        # SQLite: two processes share only the file; deltas stay in the model's process.
+        await expect(page.locator(".event.live")).to_have_count(0)
     await expect(page.locator("#run-stop")).to_have_text("COMPLETED")
+
+
+async def test_issue_16_assistant_row_fills_from_deltas_on_the_non_owner_replica(
+    ui: Page, ui_server: Server, replica_b: Server, tenant: TenantKey, database_url: str
+) -> None:
+    """Issue #16: the page on replica A shows the text of a run that replica B executes, as
+    it is written (deltas relayed by NOTIFY), before FINAL_OUTPUT; it used to show nothing
+    until FINAL_OUTPUT. A page opened mid-turn starts from the text so far (catch-up)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("deltas cross replicas through PostgreSQL NOTIFY")
+    page = await open_page(ui, ui_server, tenant)
+    sid = await create_session(page, "case=remote-deltas")
+    await page.evaluate(OBSERVE)
+    async with httpx.AsyncClient(
+        base_url=replica_b.base_url, headers=tenant.headers, timeout=15
+    ) as b:
+        # 30 words 40 ms apart on B: about 1.2 s of text arriving on A.
+        response = await b.post(
+            f"/v1/sessions/{sid}/runs",
+            json={"input": "[words:30][pace:40]", "mode": "background"},
+        )
+        assert response.status_code == 202, response.text
+        await expect(page.locator(".event.live .live-text")).to_have_text(WORDS_30)
+        await expect(row(page, "FINAL_OUTPUT").locator(".summary")).to_have_text(WORDS_30)
+    growth = await page.evaluate("window.__growth")
+    before_final = [g["length"] for g in growth if not g["final"] and g["length"]]
+    # The row grew from several delta frames, and held the whole text before FINAL_OUTPUT.
+    assert len(set(before_final)) >= 3, growth
+    assert before_final == sorted(before_final), growth
+    assert max(before_final) == len(WORDS_30), growth
+
+    # A second page opened on A while B is mid-turn starts with the text so far.
+    async with httpx.AsyncClient(
+        base_url=replica_b.base_url, headers=tenant.headers, timeout=15
+    ) as b:
+        response = await b.post(
+            f"/v1/sessions/{sid}/runs",
+            json={"input": "[words:30][pace:150]", "mode": "background"},
+        )
+        assert response.status_code == 202, response.text
+        await expect(row(page, "RUN_STARTED")).to_have_count(2)
+        await page.wait_for_timeout(600)  # some words written before the page is opened
+        late = await open_page(Page(await ui.page.context.new_page(), ui.watch), ui_server, tenant)
+        await late.click("#search-go")
+        await late.click(f'#session-list [data-session-id="{sid}"]')
+        await expect(late.locator(FINAL)).to_have_count(2)
+    texts = await late.locator(".event.live .live-text").all_inner_texts()
+    assert texts == [WORDS_30], texts  # the second turn, whole: catch-up plus the rest

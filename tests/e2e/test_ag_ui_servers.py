@@ -40,16 +40,13 @@ async def test_reasoning_text_and_a_frontend_tool_over_ag_ui(
         hello = {"id": "u1", "role": "user", "content": "hello"}
         events = await ag_ui(http, body(thread, [hello]))
         kinds = [e["type"] for e in events]
-        assert kinds[:7] == [
-            "RUN_STARTED",
-            "STEP_STARTED",
-            "REASONING_START",
-            "REASONING_MESSAGE_START",
-            "REASONING_MESSAGE_CONTENT",
-            "REASONING_MESSAGE_END",
-            "REASONING_END",
-        ]
-        assert kinds.count("TEXT_MESSAGE_CONTENT") == 3
+        # Reasoning first, then the text; deltas are coalesced and may overtake the step's
+        # start on the bus.
+        reasoning = [k for k in kinds if k.startswith("REASONING_")]
+        assert reasoning[0] == "REASONING_START" and reasoning[-1] == "REASONING_END"
+        assert kinds.index("REASONING_END") < kinds.index("TEXT_MESSAGE_START")
+        assert kinds[0] == "RUN_STARTED" and "STEP_STARTED" in kinds
+        assert 1 <= kinds.count("TEXT_MESSAGE_CONTENT") <= 3
         text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
         assert text == "openai echo: hello" == events[-1]["result"]
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.runtime.accounts import Accounts
+from app.runtime.access.accounts import Accounts
 from app.store.outage import is_database_outage
 from app.store.store import AgentSessionStore
 from tests.conftest import TenantKey, make_tenant, start_server, stop_server

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.runtime.events import EventType, NewEvent
+from app.runtime.session.events import EventType, NewEvent
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head

@@ -117,7 +117,9 @@ async def test_stream_mode_sends_deltas_then_events(http: httpx.AsyncClient) -> 
         if block.strip() and not block.startswith(":")
     ]
     kinds = [b.get("event") for b in blocks]
-    assert kinds.count("delta") == 30
+    # Deltas are coalesced (ASR_SSE_DELTA_FLUSH_MS): at least one frame, never more than the
+    # model's 30 chunks; together they are the text, in order.
+    assert 1 <= kinds.count("delta") <= 30
     assert kinds.index("delta") < kinds.index("FINAL_OUTPUT") < kinds.index("RUN_FINISHED")
     assert all("id" not in b for b in blocks if b.get("event") == "delta")
     seqs = [int(b["id"]) for b in blocks if b.get("event") not in ("delta", None)]
@@ -334,7 +336,7 @@ async def test_openai_client_streams_and_round_trips_a_tool_call(
             async for sse in source.aiter_sse():
                 frames.append(sse)
         kinds = [f.event for f in frames]
-        assert "reasoning_delta" in kinds and kinds.count("delta") == 3
+        assert "reasoning_delta" in kinds and 1 <= kinds.count("delta") <= 3  # coalesced
         text = "".join(json.loads(f.data)["text"] for f in frames if f.event == "delta")
         assert text == "openai echo: hello"
         runs = (await http.get(f"/v1/sessions/{sid}/runs")).json()["data"]

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from app.main import create_app
-from app.runtime.transfer import export_ledger
+from app.runtime.session.transfer import export_ledger
 from app.settings import Settings
 from app.store.migrations import upgrade_head
 from tests.conftest import make_tenant
@@ -128,8 +128,8 @@ async def _interrupted_session(c: httpx.AsyncClient) -> str:
 
 
 async def _handwritten(app: Any, tenant_id: str) -> str:
-    from app.runtime.events import NewEvent
     from app.runtime.ports import NewSession
+    from app.runtime.session.events import NewEvent
 
     sid = "golden-handwritten"
     await app.state.store.create_session(

@@ -41,7 +41,7 @@ import asyncpg
 import httpx
 from sqlalchemy.engine import make_url
 
-from app.runtime.accounts import Accounts
+from app.runtime.access.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.store import store_for

@@ -30,16 +30,17 @@ from hypothesis.stateful import (
     rule,
 )
 
-from app.runtime.accounts import Accounts
-from app.runtime.compact import compact_session
-from app.runtime.compaction import ScriptedSummarizer
+from app.runtime.access.accounts import Accounts
 from app.runtime.errors import SeqConflict
+from app.runtime.memory.compact import compact_session
+from app.runtime.memory.compaction import ScriptedSummarizer
 from app.runtime.models.scripted import ScriptedModel
-from app.runtime.projector import evict_to_window, fold
-from app.runtime.runs import RunManager, RunRequest
-from app.runtime.service import SessionRuntime
-from app.runtime.state import SessionState
-from app.runtime.tools import ToolRegistry
+from app.runtime.runs.manager import RunManager
+from app.runtime.runs.plan import RunRequest
+from app.runtime.session.projector import evict_to_window, fold
+from app.runtime.session.service import SessionRuntime
+from app.runtime.session.state import SessionState
+from app.runtime.tools.registry import ToolRegistry
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.store import store_for
@@ -66,7 +67,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             self.store = store_for(self.engine)
             self.runtime = SessionRuntime(self.store)
             self.runs = RunManager(
-                self.runtime, self.store, models={"scripted": ScriptedModel()}, tools=ToolRegistry()
+                self.runtime, models={"scripted": ScriptedModel()}, tools=ToolRegistry()
             )
             self.model: dict[str, list[dict[str, Any]]] = {}
             self.windows: dict[str, int | None] = {}

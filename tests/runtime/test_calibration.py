@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.runtime.calibration import MAX_RATIO, observe, ratio_of
-from app.runtime.context import projection
-from app.runtime.events import Event
-from app.runtime.projector import fold
-from app.runtime.state import SessionState
+from app.runtime.memory.calibration import MAX_RATIO, observe, ratio_of
+from app.runtime.memory.context import projection
+from app.runtime.session.events import Event
+from app.runtime.session.projector import fold
+from app.runtime.session.state import SessionState
 
 
 def response(seq: int, estimated: int, reported: int) -> Event:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.runtime.compaction import (
+from app.runtime.memory.compaction import (
     CompactionFailed,
     CompactionPolicy,
     ScriptedSummarizer,
@@ -18,9 +18,9 @@ from app.runtime.compaction import (
     shrink_tool_results,
     truncate,
 )
-from app.runtime.context import project
-from app.runtime.projector import evict_to_window
-from app.runtime.state import SessionState
+from app.runtime.memory.context import project
+from app.runtime.session.projector import evict_to_window
+from app.runtime.session.state import SessionState
 
 
 def user(t: str) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from app.runtime import event_payloads as ev
-from app.runtime.event_catalogue import event_catalogue, payload_adapter
-from app.runtime.events import EventType
+from app.runtime.session import event_payloads as ev
+from app.runtime.session.event_catalogue import event_catalogue, payload_adapter
+from app.runtime.session.events import EventType
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "ledgers"
 # Written by hand (tests/golden/record.py): older shapes and a type from the future.

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.runtime.errors import InvalidRequest, JsonTooDeep, NonFiniteNumber
-from app.runtime.json_limits import MAX_JSON_DEPTH, check_json_value, scan_json_bytes
-from app.runtime.redaction import MARKER, Redactor
-from app.runtime.transfer import EXPORT_FORMAT, parse_export
+from app.runtime.session.json_limits import MAX_JSON_DEPTH, check_json_value, scan_json_bytes
+from app.runtime.session.redaction import MARKER, Redactor
+from app.runtime.session.transfer import EXPORT_FORMAT, parse_export
 
 
 def depth_of(value: object) -> int:

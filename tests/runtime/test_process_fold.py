@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.runtime.events import Event
-from app.runtime.projector import fold
-from app.runtime.state import SessionState
+from app.runtime.session.events import Event
+from app.runtime.session.projector import fold
+from app.runtime.session.state import SessionState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.runtime.events import Event, EventType
-from app.runtime.projector import evict_to_window, fold
-from app.runtime.state import SessionState
+from app.runtime.session.events import Event, EventType
+from app.runtime.session.projector import evict_to_window, fold
+from app.runtime.session.state import SessionState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

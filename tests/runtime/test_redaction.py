@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.runtime import redaction
-from app.runtime.redaction import DEFAULT_PATTERNS, MARKER, Redactor
+from app.runtime.session import redaction
+from app.runtime.session.redaction import DEFAULT_PATTERNS, MARKER, Redactor
 
 
 def reference_text(patterns: list[re.Pattern[str]], value: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.runtime.errors import CommandNotAllowed, WorkspaceOutsideRoot
-from app.runtime.workspace import (
+from app.runtime.tools.workspace import (
     ProcessPolicy,
     parse_command,
     process_environment,

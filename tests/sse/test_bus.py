@@ -14,12 +14,22 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from app.runtime.events import EventType, NewEvent
-from app.runtime.service import SessionRuntime
-from app.store.bus import InProcessBus
-from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup, decode_wakeup, encode_wakeup
+from app.runtime.ports import RunSignal
+from app.runtime.session.events import EventType, NewEvent
+from app.runtime.session.service import SessionRuntime
+from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
+from app.settings import Settings
+from app.store.bus import InProcessBus, make_bus
+from app.store.notify import (
+    CHANNEL,
+    MAX_PAYLOAD_BYTES,
+    Wakeup,
+    decode_control,
+    decode_wakeup,
+    encode_control,
+    encode_wakeup,
+)
 from app.store.store import AgentSessionStore
-from app.store.subscription import Delivery, Ephemeral, Subscription
 from app.store.tables import session_events
 from tests.conftest import TenantKey
 
@@ -149,6 +159,44 @@ async def test_polling_delivers_when_wakeups_are_lost(
         await bus.stop()
 
 
+async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_once_in_order(
+    store: AgentSessionStore, tenant: TenantKey, is_postgres: bool
+) -> None:
+    """A stored function's append hands its events to the bus (no read back) when they
+    follow the topic's cursor; after a gap (a commit the bus never heard of) it reads the
+    table instead. Either way the subscriber gets each event once, in order, exactly as the
+    table holds it."""
+    bus = InProcessBus(store, poll_seconds=30)
+    await bus.start()
+    try:
+        t = tenant.tenant_id
+        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
+                                                  binding={})).session.session_id  # fmt: skip
+        got: list[Delivery] = []
+
+        async def take(until: int) -> None:
+            async with asyncio.timeout(5):
+                while not got or got[-1].event.seq < until:
+                    got.extend(i for i in await sub.take() if isinstance(i, Delivery))
+
+        with bus.subscribe(t, sid, head=1) as sub:
+            await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
+            await take(3)
+            handed = bus.counters["handed_on"]
+            assert handed == (1 if is_postgres else 0)
+            store.announcer.listeners.remove(bus.wake)  # deaf: seqs 4 and 5 go unheard
+            await store.append_events(t, sid, events=[item_event("c"), item_event("d")])
+            store.announcer.listeners.append(bus.wake)
+            await store.append_events(t, sid, events=[item_event("e")])  # 6: after a gap
+            await take(6)
+        assert bus.counters["handed_on"] == handed  # not past the gap: read from 4
+        assert [d.event.seq for d in got] == [2, 3, 4, 5, 6]
+        stored = await store.list_events(t, sid, after_seq=1)
+        assert [d.event.to_json() for d in got] == [e.to_json() for e in stored]
+    finally:
+        await bus.stop()
+
+
 async def test_subscription_inbox_is_bounded() -> None:
     overflows: list[int] = []
     sub = Subscription(limit=3, on_overflow=lambda: overflows.append(1))
@@ -185,3 +233,48 @@ async def test_topics_and_tenant_subscriptions_are_released(
             assert bus.stats()["topics"] == 1 and bus.stats()["subscriptions"] == 2
     stats = bus.stats()
     assert (stats["topics"], stats["subscriptions"], stats["tenant_subscriptions"]) == (0, 0, 0)
+
+
+# ------------------------------------------------------------------- run control (#16)
+
+
+def test_control_payloads_round_trip_and_never_exceed_the_budget() -> None:
+    payload = encode_control("interrupt", "t" * 32, "run_" + "r" * 32)
+    assert payload is not None and len(payload.encode()) <= MAX_PAYLOAD_BYTES
+    assert decode_control(payload) == ("interrupt", "t" * 32, "run_" + "r" * 32)
+    assert encode_control("interrupt", "t", "r" * 300) is None  # too long: left to the lease
+    assert decode_control("interrupt:") is None and decode_control("nothing") is None
+
+
+async def test_run_control_reaches_every_replica_bus(
+    store: AgentSessionStore, settings: Settings
+) -> None:
+    """Two buses on one database stand for two replicas: a control message sent on one is
+    delivered there at once and, on PostgreSQL, to the other through NOTIFY; on SQLite it
+    stays in its process (the lease renewal is the fallback there)."""
+    buses = [make_bus(settings, store), make_bus(settings, store)]
+    got: list[list[RunSignal]] = [[], []]
+    for bus, seen in zip(buses, got, strict=True):
+        bus.on_control(seen.append)
+        await bus.start()
+    try:
+        if store.dialect == "postgresql":
+            for _ in range(200):  # both LISTEN connections up (bounded: 10 s)
+                if all(b.stats()["listener"]["connected"] for b in buses):
+                    break
+                await asyncio.sleep(0.05)
+        signal = RunSignal("interrupt", "tenant-x", "run_x")
+        await buses[0].send_control(signal)
+        assert got[0][:1] == [signal]  # at once, before any NOTIFY comes back
+        if store.dialect == "postgresql":
+            for _ in range(100):  # bounded: 5 s
+                if got[1]:
+                    break
+                await asyncio.sleep(0.05)
+            assert got[1] == [signal]
+        else:
+            await asyncio.sleep(0.1)
+            assert got[1] == []
+    finally:
+        for bus in buses:
+            await bus.stop()

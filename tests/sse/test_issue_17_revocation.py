@@ -23,8 +23,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app.runtime.accounts import Accounts
-from app.runtime.keys import parse_key
+from app.runtime.access.accounts import Accounts
+from app.runtime.access.keys import parse_key
 from app.store.store import AgentSessionStore
 from tests.conftest import Server, TenantKey, make_tenant
 from tests.sse.conftest import (

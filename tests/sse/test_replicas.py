@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app.runtime.events import EventType, NewEvent
+from app.runtime.session.events import EventType, NewEvent
 from app.store.base import NO_TENANT
 from app.store.store import AgentSessionStore
 from tests.conftest import Server, TenantKey

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.runtime.events import EventType, NewEvent
+from app.runtime.session.events import EventType, NewEvent
 from app.store.store import AgentSessionStore
 from tests.conftest import Server, TenantKey, make_tenant
 from tests.sse.conftest import Frame, append_item, new_session, read_frames, session_seqs

@@ -145,12 +145,13 @@ async def test_tenant_stream_8_concurrent_writers_exactly_once(
         # 200 events committed with positions above the save's, which is still uncommitted:
         # a reader on position alone would have stepped past it for good.
         seen_max = await visible_max_position(store, tenant.tenant_id)
+        # Checked before the release: once the save commits, the reader may pass it at once.
+        late = [e for _, e in received if e["type"] == "SESSION_SAVED"]
+        assert late == []  # not passed while its transaction was open
         blocker.release.set()
         await holding
         saved = await saving
         assert saved.status_code == 200, saved.text
-        late = [e for _, e in received if e["type"] == "SESSION_SAVED"]
-        assert late == []  # not passed while its transaction was open
         events = await http.get(f"/v1/sessions/{late_sid}/events", params={"after_seq": 1})
         late_position = events.json()["data"][0]["position"]
         assert late_position < min(committed_positions) <= seen_max

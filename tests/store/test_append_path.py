@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from app.runtime.errors import PayloadTooLarge, SeqConflict, SessionNotFound, VersionConflict
-from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import NewSession
+from app.runtime.session.events import EventType, NewEvent
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.notify import Wakeup
@@ -75,7 +75,9 @@ async def test_an_append_returns_what_was_committed(
     assert stored[0].position < stored[1].position
     assert stored[1].payload["token"] == "[REDACTED]"  # the redaction funnel still applies
     assert stored[0].run_id == "run_1" and stored[0].turn_id == "t1"
-    assert woken == [Wakeup(t, "s", 3)]
+    assert [(w.tenant_id, w.session_id, w.last_seq) for w in woken] == [(t, "s", 3)]
+    # A writer that has its events hands them on with the wake-up: exactly the stored ones.
+    assert woken[0].events in ((), tuple(stored))
     assert _recorder(own_store).appended[-1] == ["STEP_END", "STEP_END"]
 
 

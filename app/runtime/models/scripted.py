@@ -8,6 +8,7 @@
 | [fail]                     | the call raises -> ERROR, run fails                          |
 | [sleep:MS]                 | waits MS ms before answering                                 |
 | [words:N]                  | N words, streamed as deltas                                  |
+| [pace:MS]                  | streams the answer's words MS ms apart (mid-turn tests)      |
 
 Every answer is streamed word by word as delta frames.
 """
@@ -21,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from app.runtime.memory import estimate_tokens, item_text
+from app.runtime.memory.items import estimate_tokens, item_text
 from app.runtime.models.base import (
     ModelError,
     ModelRequest,
@@ -30,10 +31,11 @@ from app.runtime.models.base import (
     ToolCallRequest,
 )
 
-_SIMPLE = re.compile(r"\[(ask|fail|continue:\d+|sleep:\d+|words:\d+)\]")
+_SIMPLE = re.compile(r"\[(ask|fail|continue:\d+|sleep:\d+|words:\d+|pace:\d+)\]")
 _TOOL = re.compile(r"\[tool:([A-Za-z_][\w.-]*)")
 MAX_SLEEP_MS = 600_000
 MAX_WORDS = 100_000
+MAX_PACE_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Directives:
     continue_n: int = 0
     sleep_ms: int = 0
     words: int | None = None
+    pace_ms: int = 0
 
 
 def parse_directives(raw: str) -> Directives:
@@ -80,6 +83,7 @@ def parse_directives(raw: str) -> Directives:
         continue_n=int(found.get("continue", 0)),
         sleep_ms=min(int(found.get("sleep", 0)), MAX_SLEEP_MS),
         words=min(int(found["words"]), MAX_WORDS) if "words" in found else None,
+        pace_ms=min(int(found.get("pace", 0)), MAX_PACE_MS),
     )
 
 
@@ -112,7 +116,9 @@ class ScriptedModel:
             raise ModelError("the scripted model was told to fail ([fail])")
         answered = _answered_tool(request.items)
         if answered is not None:
-            return await self._say(request, f"{answered[0]} returned: {answered[1]}", on_delta)
+            return await self._say(
+                request, f"{answered[0]} returned: {answered[1]}", on_delta, d.pace_ms
+            )
         if d.tool is not None:
             call = ToolCallRequest(
                 call_id=f"call_{uuid.uuid4().hex[:16]}", name=d.tool[0], arguments=d.tool[1]
@@ -124,25 +130,33 @@ class ScriptedModel:
                 finish_reason="tool_calls",
             )
         if d.ask:
-            return await self._say(request, "Could you tell me more about what you need?", on_delta)
+            return await self._say(
+                request, "Could you tell me more about what you need?", on_delta, d.pace_ms
+            )
         if d.continue_n:
             done = request.continuation_count
             if done < d.continue_n:
                 response = await self._say(
-                    request, f"part {done + 1} of {d.continue_n} ...", on_delta
+                    request, f"part {done + 1} of {d.continue_n} ...", on_delta, d.pace_ms
                 )
                 response.needs_continuation = True
                 response.finish_reason = "length"
                 return response
-            return await self._say(request, f"done after {d.continue_n} parts.", on_delta)
+            return await self._say(
+                request, f"done after {d.continue_n} parts.", on_delta, d.pace_ms
+            )
         if d.words is not None:
             text = " ".join(f"word{i + 1}" for i in range(d.words))
-            return await self._say(request, text, on_delta)
-        return await self._say(request, f"echo: {d.text}", on_delta)
+            return await self._say(request, text, on_delta, d.pace_ms)
+        return await self._say(request, f"echo: {d.text}", on_delta, d.pace_ms)
 
-    async def _say(self, request: ModelRequest, text: str, on_delta: OnDelta) -> ModelResponse:
+    async def _say(
+        self, request: ModelRequest, text: str, on_delta: OnDelta, pace_ms: int = 0
+    ) -> ModelResponse:
         words = text.split(" ")
         for i, word in enumerate(words):
+            if pace_ms and i:
+                await asyncio.sleep(pace_ms / 1000)
             on_delta({"type": "delta", "text": word if i == 0 else " " + word})
             if i % 50 == 49:
                 await asyncio.sleep(0)  # let subscribers drain long answers

@@ -36,7 +36,7 @@ from app.runtime.errors import (
     StaleSession,
     too_many_runs,
 )
-from app.runtime.events import Event, NewEvent
+from app.runtime.session.events import Event, NewEvent
 
 
 @functools.cache

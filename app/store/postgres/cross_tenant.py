@@ -20,6 +20,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import TextClause
 
 from app.runtime.ports import ApiKeyRecord, RunRecord, TenantRecord
+from app.runtime.webhooks.records import Claim
 from app.store.base import NO_TENANT
 from app.store.cross_tenant import CrossTenantStore, key_from_row, tenant_from_row
 from app.store.runs import run_from_row
@@ -44,7 +45,12 @@ _TENANT_BY_NAME = _rows_of("asr_tenant_by_name(p_name => :name)", tenants)
 _TENANTS = _rows_of("asr_list_tenants()", tenants, " ORDER BY name")
 _COUNT_TENANTS = text("SELECT asr_count_tenants()")
 _STALE_RUNS = _rows_of("asr_stale_runs(p_limit => :limit)", runs)
+_WEBHOOK_CLAIM = text(
+    "SELECT tenant_id, webhook_id, session_id, seq, attempts FROM asr_webhook_claim("
+    "p_owner => :owner, p_limit => :limit, p_lease_seconds => :lease)"
+)
 _DELETE_EXPIRED_KEYS = text("SELECT asr_delete_expired_idempotency_keys()")
+_DUE_SCHEDULES = text("SELECT o_tenant, o_schedule FROM asr_due_schedules(p_limit => :limit)")
 
 
 class PostgresCrossTenant(CrossTenantStore):
@@ -85,8 +91,25 @@ class PostgresCrossTenant(CrossTenantStore):
             rows = (await conn.execute(_STALE_RUNS, {"limit": limit})).all()
         return [run_from_row(r) for r in rows]
 
+    async def claim_webhook_deliveries(
+        self, *, owner: str, limit: int, lease_seconds: int
+    ) -> list[Claim]:
+        """`asr_webhook_claim`: FOR UPDATE SKIP LOCKED, so replicas claiming at once never
+        wait on each other nor take the same row; leases by the database's clock."""
+        params = {"owner": owner, "limit": limit, "lease": lease_seconds}
+        async with self.write(NO_TENANT) as conn:
+            rows = (await conn.execute(_WEBHOOK_CLAIM, params)).all()
+        return [Claim(*row) for row in rows]
+
     async def delete_expired_idempotency_keys(self) -> int:
         """Expiry by the database's clock, as in `list_stale_runs`: the app role cannot
         make the function delete a key that is still live."""
         async with self.write(NO_TENANT) as conn:
             return int((await conn.execute(_DELETE_EXPIRED_KEYS)).scalar_one())
+
+    async def list_due_schedules(self, *, limit: int = 100) -> list[tuple[str, str]]:
+        """Due by the database's clock, as in `list_stale_runs`; the claim that follows is
+        conditional on the row's version, in the tenant's own transaction."""
+        async with self.read(NO_TENANT) as conn:
+            rows = (await conn.execute(_DUE_SCHEDULES, {"limit": limit})).all()
+        return [(r[0], r[1]) for r in rows]

@@ -40,6 +40,7 @@ SOURCES = (
     "run_claim",
     "run_step",
     "run_close",
+    "webhook_outbox",
     # Cross-tenant, SECURITY DEFINER (above).
     "key_by_prefix",
     "live_key_prefixes",
@@ -48,6 +49,8 @@ SOURCES = (
     "count_tenants",
     "stale_runs",
     "delete_expired_idempotency_keys",
+    "webhook_claim",
+    "due_schedules",
 )
 CROSS_TENANT = SOURCES[SOURCES.index("key_by_prefix") :]
 

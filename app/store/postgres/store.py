@@ -31,8 +31,6 @@ from app.runtime.errors import (
     SessionNotFound,
     VersionConflict,
 )
-from app.runtime.events import Event, NewEvent
-from app.runtime.metadata import check_metadata_size, merge_patch
 from app.runtime.ports import (
     AppendResult,
     IdempotencyToken,
@@ -43,6 +41,8 @@ from app.runtime.ports import (
     TenantCursor,
     TenantPage,
 )
+from app.runtime.session.events import Event, NewEvent
+from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store.base import event_from_mapping, event_from_row, session_from_mapping, utcnow
 from app.store.engine import behind_pgbouncer
 from app.store.ledger import EVENT_COLUMN_LIST
@@ -187,12 +187,11 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         at_seq: int,
         session: NewSession,
         events: list[NewEvent],
-        snapshot_state: dict[str, Any],
         idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
-        self.check_append(events, at_seq, ("fork", snapshot_state))
+        """One call of `asr_fork_session`: the prefix and the source's nearest snapshot are
+        copied inside the database; only the child's own events travel."""
         arrays = EventArrays.of(events, self._persistable_json)
-        snapshot = self._snapshot(("fork", snapshot_state))
         now = utcnow()
         with span("store.write", **_SPAN):
             row = await self.functions.call(
@@ -207,8 +206,6 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
                 p_binding=json_text(self.redactor.value(session.binding)),
                 p_now=now,
                 **arrays.params(),
-                p_snapshot_state=snapshot["p_snapshot_state"],
-                p_snapshot_hash=snapshot["p_snapshot_hash"],
                 **self._key(idempotency),
             )
         # The wake-up names the child's last seq, so it covers the copied prefix too.
@@ -477,7 +474,9 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         with span("store.write", **_SPAN):
             row = await self.functions.call(
                 "asr_run_step",
-                columns=_RUN_COLUMNS,
+                # The run row only when it ends: a step's caller does not read it, and
+                # decoding its four JSON columns is work a step has no use for.
+                columns=_RUN_COLUMNS if finish is not None else _SESSION_COLUMNS,
                 p_tenant=tenant_id,
                 p_session=session_id,
                 p_run=run_id,
@@ -493,9 +492,9 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
                 p_error=json_text(self.redactor.value(finish.error)) if finish else None,
                 **arrays.params(),
             )
-        run, result = self._run_result(row, arrays, now)
         if finish is None:
-            return result
+            return self._committed(row, arrays, now)
+        run, result = self._run_result(row, arrays, now)
         return AppendResult(session=result.session, events=result.events, run=run)
 
     async def close_fenced_run(

@@ -3,6 +3,8 @@
 SQLite has one writer at a time: every write transaction begins IMMEDIATE (a deferred one
 that upgrades would fail at once with "database is locked"), and writers of this process
 queue on an asyncio lock in arrival order instead of spinning in SQLite's busy handler.
+The writes that insert events run as jobs on one writer connection, in its own thread, with
+group commit (`writer.py`): one hop per write instead of one per statement.
 Under that single writer, position order is commit order, so global event positions come
 from the one-row `counters` table and the tenant timeline needs no transaction ids.
 
@@ -18,10 +20,20 @@ import asyncio
 import functools
 import uuid
 from dataclasses import replace
-from datetime import datetime
-from typing import Any, ClassVar
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, ClassVar, cast
 
-from sqlalchemy import BigInteger, bindparam, case, func, literal, null, select, update
+from sqlalchemy import (
+    BigInteger,
+    bindparam,
+    case,
+    literal,
+    literal_column,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -36,8 +48,6 @@ from app.runtime.errors import (
     StaleSession,
     VersionConflict,
 )
-from app.runtime.events import Event, NewEvent
-from app.runtime.metadata import check_metadata_size, merge_patch
 from app.runtime.ports import (
     AppendResult,
     IdempotencyToken,
@@ -48,43 +58,70 @@ from app.runtime.ports import (
     TenantCursor,
     TenantPage,
 )
-from app.store.base import event_from_row, note_appended, session_from_row, utcnow
+from app.runtime.session.events import Event, NewEvent
+from app.runtime.session.metadata import check_metadata_size, merge_patch
+from app.store import json_text
+from app.store.base import (
+    APPENDED,
+    event_from_row,
+    note_appended,
+    session_from_row,
+    utcnow,
+)
+from app.store.engine import sqlite_synchronous
 from app.store.idempotency import committed_result
+from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.runs import LIVE, run_from_row
 from app.store.sqlite.cross_tenant import SqliteCrossTenant
+from app.store.sqlite.writer import Job, SqliteWriter, driver, session_from_tuple, sqlite_time
 from app.store.store import AgentSessionStore
 from app.store.tables import (
-    counters,
     idempotency_keys,
     runs,
     session_events,
     session_snapshots,
     sessions,
 )
+from app.tracing import span
 
 _POSITION_COUNTER = "event_position"
 
-# The hot statements are built once (with bind parameters), not on every call.
-_INSERT_EVENTS = session_events.insert().returning(
-    session_events.c.position, sort_by_parameter_order=True
+# The statements every append runs are plain SQL on the writer's driver connection
+# (writer.py): SQLAlchemy's per-statement work (cache keys, bind and result processing) was
+# most of an append's CPU. They store what SQLAlchemy's types store (JSON text, the
+# DATETIME text of `sqlite_time`), so every other read and write sees the same rows.
+_SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
+_INSERT_EVENT_ROW = (
+    "INSERT INTO session_events (tenant_id, session_id, seq, event_id, type, run_id, turn_id,"
+    " payload, created_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_RESERVE_POSITIONS = (
+    "INSERT INTO counters (name, value) VALUES (?1, ?2)"
+    " ON CONFLICT (name) DO UPDATE SET value = value + ?2 RETURNING value"
+)
+
+
+# A random (version 4, variant 1) UUID in its text form, from SQLite's own functions.
+_UUID4_SQL = (
+    "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' ||"
+    " substr(hex(randomblob(2)), 2) || '-' || substr('89AB', 1 + (abs(random()) % 4), 1) ||"
+    " substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)))"
 )
 
 
 @functools.cache
-def _reserve_statement(by_seq: bool, by_version: bool) -> Any:
-    c = sessions.c
-    stmt = update(sessions).where(
-        c.tenant_id == bindparam("r_tenant"), c.session_id == bindparam("r_session")
-    )
+def _reserve_sql(by_seq: bool, by_version: bool) -> str:
+    """The UPDATE that reserves an append's seqs, conditional on the expected seq and
+    version when given (parameters: n, now, tenant, session[, seq][, version])."""
+    where = "tenant_id = ? AND session_id = ?"
     if by_seq:
-        stmt = stmt.where(c.last_seq == bindparam("r_seq"))
+        where += " AND last_seq = ?"
     if by_version:
-        stmt = stmt.where(c.version == bindparam("r_version"))
-    return stmt.values(
-        last_seq=c.last_seq + bindparam("r_n", type_=BigInteger),
-        version=c.version + 1,
-        updated_at=bindparam("r_now", type_=c.updated_at.type),
-    ).returning(*c)
+        where += " AND version = ?"
+    return (
+        "UPDATE sessions SET last_seq = last_seq + ?, version = version + 1, updated_at = ?"
+        f" WHERE {where} RETURNING {_SESSION_COLUMNS}"
+    )
 
 
 @functools.cache
@@ -115,6 +152,29 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     def __init__(self, engine: AsyncEngine, **options: Any) -> None:
         super().__init__(engine, **options)
         self._write_lock = asyncio.Lock()
+        # Every write that inserts events runs on the one writer connection, with group
+        # commit (writer.py); the others take turns with it on `_write_lock`.
+        self.writer = SqliteWriter(engine.url, sqlite_synchronous(engine), self._write_lock)
+        self.writer.attach(self)
+
+    async def _write(self, work: Job) -> Any:
+        """`work` in a committed write transaction of the writer; then, as `write` does after
+        its commit, this process's listeners are woken and the appended events counted."""
+        with span("store.write", **{"db.system": "sqlite"}):
+            done = await self.writer.run(lambda conn: self._collected(conn, work))
+        if done.error is not None:
+            raise done.error
+        holder = SimpleNamespace(info=done.info)
+        self.announcer.after_commit(self.announcer.take(cast(AsyncConnection, holder)))
+        appended = done.info.get(APPENDED)
+        if appended:
+            self.observer.events_appended(appended)
+        return done.value
+
+    @staticmethod
+    async def _collected(conn: AsyncConnection, work: Job) -> Any:
+        conn.info[APPENDED] = []  # note_appended collects the job's event types here
+        return await work(conn)
 
     def insert(self, table: Any) -> Any:
         return sqlite.insert(table)
@@ -174,7 +234,8 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
         now = utcnow()
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> AppendResult:
             record = await self._insert_session_row(conn, tenant_id, session, len(events), now)
             if record is None:
                 raise SessionAlreadyExists(session.session_id)
@@ -183,7 +244,9 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], now)
             result = AppendResult(session=record, events=written)
             await self.seal(conn, tenant_id, idempotency, committed_result(result))
-        return result
+            return result
+
+        return cast(AppendResult, await self._write(work))
 
     async def _insert_session_row(
         self,
@@ -232,7 +295,8 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     ) -> AppendResult:
         self.check_append(events, expected_seq, snapshot)
         n = len(events)
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> AppendResult:
             record = await self._reserve(
                 conn, tenant_id, session_id, n, expected_seq, expected_version
             )
@@ -245,7 +309,9 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 await self._insert_snapshot(conn, record, snapshot[0], snapshot[1], utcnow())
             result = AppendResult(session=record, events=written)
             await self.seal(conn, tenant_id, idempotency, committed_result(result))
-        return result
+            return result
+
+        return cast(AppendResult, await self._write(work))
 
     async def _reserve(
         self,
@@ -258,18 +324,12 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     ) -> SessionRecord:
         # The UPDATE reserves last_seq-n+1 .. last_seq; the events inserted after it in this
         # transaction use exactly that range.
-        stmt = _reserve_statement(expected_seq is not None, expected_version is not None)
-        params = {
-            "r_tenant": tenant_id,
-            "r_session": session_id,
-            "r_seq": expected_seq,
-            "r_version": expected_version,
-            "r_n": n,
-            "r_now": utcnow(),
-        }
-        row = (await conn.execute(stmt, params)).first()
+        sql = _reserve_sql(expected_seq is not None, expected_version is not None)
+        params = [n, sqlite_time(utcnow()), tenant_id, session_id]
+        params += [v for v in (expected_seq, expected_version) if v is not None]
+        row = driver(conn).execute(sql, params).fetchone()
         if row is not None:
-            return session_from_row(row)
+            return session_from_tuple(row)
         current = (
             await conn.execute(
                 select(sessions.c.last_seq, sessions.c.version).where(
@@ -313,48 +373,47 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         # copied prefix (_copy_events) is not new and is not counted.
         note_appended(conn, [str(e.type) for e in events])
         now = utcnow()
+        stamp = sqlite_time(now)
         top = await self._reserve_positions(conn, len(events))
-        rows = [
-            {
-                "tenant_id": session.tenant_id,
-                "session_id": session.session_id,
-                "seq": first_seq + i,
-                "event_id": str(uuid.uuid4()),
-                "xact_id": None,
-                "type": str(e.type),
-                "run_id": e.run_id,
-                "turn_id": e.turn_id,
-                "payload": self._persistable(e.payload),
-                "created_at": now,
-                "position": top - len(events) + 1 + i,
-            }
-            for i, e in enumerate(events)
-        ]
-        await conn.execute(_INSERT_EVENTS, rows)
-        return [
-            Event(
-                event_id=r["event_id"],
-                session_id=r["session_id"],
-                seq=r["seq"],
-                type=r["type"],
-                payload=r["payload"],
-                created_at=now,
-                run_id=r["run_id"],
-                turn_id=r["turn_id"],
-                position=r["position"],
+        first_position = top - len(events) + 1
+        written: list[Event] = []
+        rows: list[tuple[Any, ...]] = []
+        for i, e in enumerate(events):
+            # The JSON text the size check measured is the text stored: encoded once.
+            clean, text = self._persistable_json(e.payload)
+            event = Event(
+                str(uuid.uuid4()),
+                session.session_id,
+                first_seq + i,
+                str(e.type),
+                clean,
+                now,
+                e.run_id,
+                e.turn_id,
+                first_position + i,
             )
-            for r in rows
-        ]
+            written.append(event)
+            rows.append(
+                (
+                    session.tenant_id,
+                    event.session_id,
+                    event.seq,
+                    event.event_id,
+                    event.type,
+                    event.run_id,
+                    event.turn_id,
+                    text,
+                    stamp,
+                    event.position,
+                )
+            )
+        driver(conn).executemany(_INSERT_EVENT_ROW, rows)
+        return written
 
     async def _reserve_positions(self, conn: AsyncConnection, n: int) -> int:
         """Reserve `n` global positions and return the highest."""
-        stmt = (
-            self.insert(counters)
-            .values(name=_POSITION_COUNTER, value=n)
-            .on_conflict_do_update(index_elements=["name"], set_={"value": counters.c.value + n})
-            .returning(counters.c.value)
-        )
-        return int((await conn.execute(stmt)).scalar_one())
+        row = driver(conn).execute(_RESERVE_POSITIONS, (_POSITION_COUNTER, n)).fetchone()
+        return int(row[0])
 
     async def _insert_snapshot(
         self,
@@ -378,6 +437,47 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 created_at=now,
             )
         )
+
+    async def _events(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """The bare driver inside the same read transaction, as on PostgreSQL: SQLAlchemy's
+        per-row processing (its JSON and DATETIME types) was most of a long read."""
+        args: list[Any] = [tenant_id, session_id, after_seq]
+        where = ["tenant_id = ?", "session_id = ?", "seq > ?"]
+        if until_seq is not None:
+            where.append("seq <= ?")
+            args.append(until_seq)
+        if types:
+            where.append(f"type IN ({', '.join('?' * len(types))})")
+            args.extend(types)
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        sql = (
+            f"SELECT {EVENT_COLUMN_LIST} FROM session_events"
+            f" WHERE {' AND '.join(where)} ORDER BY seq"
+        )
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        driver = (await conn.get_raw_connection()).driver_connection
+        async with driver.execute(sql, args) as cursor:
+            rows = await cursor.fetchall()
+        loads, parse = json_text.loads, datetime.fromisoformat
+        return [
+            Event(e, s, q, t, loads(p), parse(c).replace(tzinfo=UTC), r, u, n)
+            for e, s, q, t, p, c, r, u, n in rows
+        ]
 
     async def list_tenant_events(
         self,
@@ -409,11 +509,14 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         at_seq: int,
         session: NewSession,
         events: list[NewEvent],
-        snapshot_state: dict[str, Any],
         idempotency: IdempotencyToken | None = None,
     ) -> AppendResult:
+        """The prefix and the source's nearest snapshot at or below `at_seq` are copied
+        with INSERT ... SELECT (see `SessionStore.fork_session`); only the child's own
+        events are built here."""
         now = utcnow()
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> Any:
             source = (
                 await conn.execute(
                     select(sessions.c.last_seq, sessions.c.root_session_id).where(
@@ -445,11 +548,43 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 raise SessionAlreadyExists(session.session_id)
             await self._copy_events(conn, tenant_id, source_session_id, record, at_seq)
             written = await self._insert_events(conn, record, events, first_seq=at_seq + 1)
-            await self._insert_snapshot(conn, record, "fork", snapshot_state, now)
+            await self._copy_snapshot(conn, tenant_id, source_session_id, record, at_seq, now)
             # Only the child's own events count as appended; the copied prefix is not new.
             result = AppendResult(session=record, events=written)
             await self.seal(conn, tenant_id, idempotency, committed_result(result))
-        return result
+            return result
+
+        return await self._write(work)
+
+    async def _copy_snapshot(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        source_id: str,
+        child: SessionRecord,
+        at_seq: int,
+        now: datetime,
+    ) -> None:
+        """The source's newest snapshot at or below `at_seq`, as the child's `fork`
+        snapshot at the same seq (same state, same hash: the child's events up to it are
+        the source's)."""
+        snap = session_snapshots.c
+        query = (
+            select(
+                snap.tenant_id,
+                literal(child.session_id),
+                snap.seq,
+                literal("fork"),
+                snap.state,
+                snap.state_hash,
+                literal(now, snap.created_at.type),
+            )
+            .where(snap.tenant_id == tenant_id, snap.session_id == source_id, snap.seq <= at_seq)
+            .order_by(snap.seq.desc())
+            .limit(1)
+        )
+        columns = ["tenant_id", "session_id", "seq", "kind", "state", "state_hash", "created_at"]
+        await conn.execute(session_snapshots.insert().from_select(columns, query))
 
     async def _copy_events(
         self,
@@ -484,8 +619,9 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 src.tenant_id,
                 literal(child.session_id),
                 src.seq,
-                # SQLite has no uuid function: the engine registers asr_uuid4 (engine.py).
-                func.asr_uuid4(),
+                # A version-4 UUID made in SQL: a Python function (asr_uuid4) called back
+                # once per copied row was a fifth of a large fork.
+                literal_column(_UUID4_SQL),
                 literal(None, BigInteger),
                 src.type,
                 src.run_id,
@@ -512,7 +648,8 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         expected: tuple[int, datetime] | None = None,
         idempotency: IdempotencyToken | None = None,
     ) -> tuple[RunRecord, AppendResult]:
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> Any:
             await self.check_live_runs(conn, tenant_id, max_live_runs)
             now = values["created_at"]
             session = await self._claim_session(
@@ -537,7 +674,9 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             written = await self._insert_events(conn, session, start_events, first_seq=first)
             run, started = run_from_row(row), AppendResult(session=session, events=written)
             await self.seal(conn, tenant_id, idempotency, committed_result(started, run.run_id))
-        return run, started
+            return run, started
+
+        return await self._write(work)
 
     async def claim_run(
         self,
@@ -549,7 +688,8 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         events: list[NewEvent],
         oldest_only: bool = False,
     ) -> tuple[RunRecord, AppendResult]:
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> Any:
             run = await self._get_run(conn, tenant_id, run_id)
             if run is None or run.status != "queued":
                 raise RunFenced(f"run {run_id} is not queued")
@@ -577,7 +717,9 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                     .returning(*runs.c)
                 )
             ).one()
-        return run_from_row(claimed), AppendResult(session=session, events=written)
+            return run_from_row(claimed), AppendResult(session=session, events=written)
+
+        return await self._write(work)
 
     async def _claim_session(
         self,
@@ -659,7 +801,8 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         run row and rolls the whole transaction back, reservation included."""
         now = utcnow()
         n = len(events)
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> Any:
             params = {
                 "r_tenant": tenant_id,
                 "r_session": session_id,
@@ -703,13 +846,16 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             written = await self._insert_events(
                 conn, record, events, first_seq=record.last_seq - n + 1
             )
-        run = run_from_row(ended) if finish is not None else None
-        return AppendResult(session=record, events=written, run=run)
+            run = run_from_row(ended) if finish is not None else None
+            return AppendResult(session=record, events=written, run=run)
+
+        return await self._write(work)
 
     async def close_fenced_run(
         self, tenant_id: str, run_id: str, *, events: list[NewEvent]
     ) -> AppendResult | None:
-        async with self.write(tenant_id) as conn:
+
+        async def work(conn: AsyncConnection) -> Any:
             run = await self._get_run(conn, tenant_id, run_id)
             if run is None or run.status in LIVE:
                 return None
@@ -742,5 +888,6 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 .where(runs.c.tenant_id == tenant_id, runs.c.run_id == run_id)
                 .values(last_seq=record.last_seq)
             )
-        return AppendResult(session=record, events=written)
+            return AppendResult(session=record, events=written)
 
+        return await self._write(work)

@@ -405,7 +405,8 @@
 
   // Delta frames: growing assistant text, one row per model turn. A turn's deltas may reach
   // the page twice (a stream-mode POST and the timeline both carry them); the first source
-  // to deliver a turn's deltas keeps it.
+  // to deliver a turn's deltas keeps it. A stream that (re)connects mid-turn starts with a
+  // catch-up frame holding the turn's whole text so far: it replaces the row's text.
   function addDelta(frame, source) {
     if (!frame || typeof frame.text !== "string") return;
     const turn = frame.turn_id || frame.run_id || "turn";
@@ -429,7 +430,8 @@
     if (live.source !== source) return;
     live.frames += 1;
     live.row.dataset.frames = String(live.frames);
-    live.text.textContent += frame.text;
+    if (frame.catch_up) live.text.textContent = frame.text;
+    else live.text.textContent += frame.text;
   }
 
   // ------------------------------------------------------------------ type filter

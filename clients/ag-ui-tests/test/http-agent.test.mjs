@@ -54,7 +54,9 @@ test("streamed text arrives and matches FINAL_OUTPUT", async () => {
   const { types, events, result } = await run(a);
   assert.equal(types[0], "RUN_STARTED");
   assert.equal(types.at(-1), "RUN_FINISHED");
-  assert.equal(types.filter((t) => t === "TEXT_MESSAGE_CONTENT").length, 6);
+  // Deltas are coalesced (a few frames per interval, not one per word): at least one.
+  const contents = types.filter((t) => t === "TEXT_MESSAGE_CONTENT").length;
+  assert.ok(contents >= 1 && contents <= 6, `${contents} content events`);
   const streamed = text(events);
   const assistant = a.messages.filter((m) => m.role === "assistant");
   assert.equal(assistant.at(-1).content, streamed);

@@ -45,6 +45,8 @@ from .models import (
     ContextRead,
     ContinueRead,
     DelegateRead,
+    DeliveryList,
+    DeliveryRead,
     EventList,
     EventTypeList,
     MemoryView,
@@ -56,6 +58,10 @@ from .models import (
     RunList,
     RunRead,
     SaveRead,
+    ScheduleFireList,
+    ScheduleFireRead,
+    ScheduleList,
+    ScheduleRead,
     SessionList,
     SessionRead,
     StateRead,
@@ -63,6 +69,9 @@ from .models import (
     StreamTokenRead,
     ToolList,
     UsageRead,
+    WebhookCreated,
+    WebhookList,
+    WebhookRead,
 )
 
 RunMode = Literal["wait", "stream", "background"]
@@ -73,6 +82,14 @@ JSON = dict[str, Any]
 
 def _s(session_id: str) -> str:
     return f"/v1/sessions/{segment(session_id)}"
+
+
+def _sch(schedule_id: str) -> str:
+    return f"/v1/schedules/{segment(schedule_id)}"
+
+
+def _w(webhook_id: str) -> str:
+    return f"/v1/webhooks/{segment(webhook_id)}"
 
 
 class AsyncSessionClient:
@@ -525,6 +542,140 @@ class AsyncSessionClient:
     async def list_event_types(self) -> EventTypeList:
         """Every event type with its payload's JSON Schema."""
         return await self._send(Call("GET", "/v1/event-types", EventTypeList))
+
+    # ------------------------------------------------------------------------------ webhooks
+
+    async def create_webhook(
+        self,
+        url: str,
+        event_types: list[str],
+        *,
+        session_id: str | None = None,
+        metadata_filter: JSON | None = None,
+        description: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> WebhookCreated:
+        """Subscribe `url` to event types (`*`: all). Keep the answer's `secret`: no other
+        answer shows it, and deliveries are signed with it (Standard Webhooks)."""
+        body = clean(
+            url=url,
+            event_types=event_types,
+            session_id=session_id,
+            metadata_filter=metadata_filter,
+            description=description,
+        )
+        call = keyed("POST", "/v1/webhooks", WebhookCreated, body, idempotency_key)
+        return await self._send(call)
+
+    async def list_webhooks(self, *, limit: int = 50, cursor: str | None = None) -> WebhookList:
+        params = clean(limit=limit, cursor=cursor)
+        return await self._send(Call("GET", "/v1/webhooks", WebhookList, params=params))
+
+    async def get_webhook(self, webhook_id: str) -> WebhookRead:
+        return await self._send(Call("GET", _w(webhook_id), WebhookRead))
+
+    async def update_webhook(self, webhook_id: str, changes: JSON) -> WebhookRead:
+        """Change fields as given (`None` clears `session_id`, `metadata_filter` or
+        `description`); `{"state": "active"}` turns a disabled subscription on again."""
+        return await self._send(Call("PATCH", _w(webhook_id), WebhookRead, json=changes))
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        await self._send(Call("DELETE", _w(webhook_id)))
+
+    async def list_webhook_deliveries(
+        self,
+        webhook_id: str,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        status: str | None = None,
+    ) -> DeliveryList:
+        """The subscription's delivery log, newest first."""
+        params = clean(limit=limit, cursor=cursor, status=status)
+        path = _w(webhook_id) + "/deliveries"
+        return await self._send(Call("GET", path, DeliveryList, params=params))
+
+    async def get_webhook_delivery(self, webhook_id: str, delivery_id: str) -> DeliveryRead:
+        path = f"{_w(webhook_id)}/deliveries/{segment(delivery_id)}"
+        return await self._send(Call("GET", path, DeliveryRead))
+
+    async def redeliver_webhook(self, webhook_id: str, delivery_id: str) -> DeliveryRead:
+        """Send a delivery again (it becomes pending and due now)."""
+        path = f"{_w(webhook_id)}/deliveries/{segment(delivery_id)}/redeliver"
+        return await self._send(Call("POST", path, DeliveryRead))
+
+    # ----------------------------------------------------------------------------- schedules
+
+    async def create_schedule(
+        self,
+        *,
+        session_id: str | None = None,
+        agent_name: str | None = None,
+        input: str | list[JSON] | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        interval_seconds: int | None = None,
+        missed: Literal["skip", "run_once"] | None = None,
+        multitask: Literal["skip", "enqueue", "interrupt"] | None = None,
+        metadata: JSON | None = None,
+        paused: bool | None = None,
+        idempotency_key: str | None = None,
+    ) -> ScheduleRead:
+        """A schedule that runs `input` on `session_id` (or on a new session of the blueprint
+        `agent_name`) at each tick of `cron` (in `timezone`) or every `interval_seconds`."""
+        body = clean(
+            session_id=session_id,
+            agent_name=agent_name,
+            input=input,
+            cron=cron,
+            timezone=timezone,
+            interval_seconds=interval_seconds,
+            missed=missed,
+            multitask=multitask,
+            metadata=metadata,
+            paused=paused,
+        )
+        return await self._send(
+            keyed("POST", "/v1/schedules", ScheduleRead, body, idempotency_key)
+        )
+
+    async def list_schedules(self, *, limit: int = 50, cursor: str | None = None) -> ScheduleList:
+        """A page of schedules, newest first; pass `next_cursor` back as `cursor`."""
+        params = clean(limit=limit, cursor=cursor)
+        return await self._send(Call("GET", "/v1/schedules", ScheduleList, params=params))
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRead:
+        return await self._send(Call("GET", _sch(schedule_id), ScheduleRead))
+
+    async def update_schedule(self, schedule_id: str, **changes: Any) -> ScheduleRead:
+        """Change `input`, `cron`, `timezone`, `interval_seconds`, `missed`, `multitask` or
+        `metadata` (only those given; a new cadence starts from now)."""
+        return await self._send(Call("PATCH", _sch(schedule_id), ScheduleRead, json=changes))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete the schedule (the runs it started stay)."""
+        await self._send(Call("DELETE", _sch(schedule_id)))
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleRead:
+        return await self._send(Call("POST", _sch(schedule_id) + "/pause", ScheduleRead))
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleRead:
+        return await self._send(Call("POST", _sch(schedule_id) + "/resume", ScheduleRead))
+
+    async def trigger_schedule(
+        self, schedule_id: str, *, idempotency_key: str | None = None
+    ) -> ScheduleFireRead:
+        """Fire the schedule now; a retry (same key) gets the same run."""
+        path = _sch(schedule_id) + "/trigger"
+        return await self._send(keyed("POST", path, ScheduleFireRead, None, idempotency_key))
+
+    async def list_schedule_runs(
+        self, schedule_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> ScheduleFireList:
+        """What the schedule's ticks did, newest first: the runs it started, and skips."""
+        params = clean(limit=limit, cursor=cursor)
+        path = _sch(schedule_id) + "/runs"
+        return await self._send(Call("GET", path, ScheduleFireList, params=params))
 
     # ------------------------------------------------------------------------------- streams
 

@@ -361,3 +361,101 @@ class Problem(Model):
     detail: str | None = None
     instance: str | None = None
     code: str
+
+
+class WebhookRead(Model):
+    """A webhook subscription and its state (`disabled_reason` says why it is off)."""
+
+    webhook_id: str
+    url: str
+    event_types: list[str]
+    session_id: str | None
+    metadata_filter: dict[str, Any] | None
+    description: str | None
+    state: Literal["active", "disabled"]
+    disabled_reason: str | None
+    consecutive_failures: int
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookCreated(WebhookRead):
+    """The creating answer: the only one that shows the signing secret."""
+
+    secret: str
+
+
+class WebhookList(Model):
+    data: list[WebhookRead]
+    next_cursor: str | None
+
+
+class DeliveryRead(Model):
+    """One event's delivery to one subscription (`delivery_id` is the `webhook-id`)."""
+
+    delivery_id: str
+    webhook_id: str
+    session_id: str
+    seq: int
+    event_type: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    next_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    last_error: str | None
+    response_code: int | None
+    delivered_at: datetime | None
+    created_at: datetime
+
+
+class DeliveryList(Model):
+    data: list[DeliveryRead]
+    next_cursor: str | None
+
+
+class ScheduleRead(Model):
+    """A schedule: it starts a run with `input` on a session (or a new session from the
+    blueprint `agent_name`) at each tick of `cron` (in `timezone`) or `interval_seconds`."""
+
+    schedule_id: str
+    session_id: str | None
+    agent_name: str | None
+    input: Any  # required, and may be null
+    cron: str | None
+    timezone: str
+    interval_seconds: int | None
+    missed: str
+    multitask: str
+    status: str
+    metadata: dict[str, Any]
+    next_fire_at: datetime | None
+    last_fired_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleList(Model):
+    data: list[ScheduleRead]
+    next_cursor: str | None
+
+
+class ScheduleFireRead(Model):
+    """What one tick did: the run it started, or why none (`reason`)."""
+
+    schedule_id: str
+    tick_at: datetime
+    trigger: str
+    outcome: str
+    reason: str | None
+    ticks: int
+    run_id: str | None
+    session_id: str | None
+    created_at: datetime
+
+
+class ScheduleFireList(Model):
+    data: list[ScheduleFireRead]
+    next_cursor: str | None

@@ -440,6 +440,144 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List schedules (newest first, keyset-paginated)
+         * @description The tenant's schedules, newest first; pass `next_cursor` back as `cursor`.
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        /**
+         * Create a schedule: run an input on a cron expression or an interval
+         * @description A schedule starts a run with `input` on `session_id` (or, with `agent_name`, on a new
+         *     session made from that blueprint) at every tick of `cron` (read in `timezone`) or every
+         *     `interval_seconds`. Each tick fires exactly once across replicas. A bad cron expression,
+         *     time zone or interval is 422 `invalid_schedule`.
+         */
+        post: operations["createSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A schedule
+         * @description The schedule, with its next tick (null while paused).
+         */
+        get: operations["getSchedule"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a schedule (the runs it started stay)
+         * @description Delete the schedule and its record of fires; the runs and sessions it made stay.
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a schedule's input, cadence or policies
+         * @description Only the fields given change. A new `cron`, `timezone` or `interval_seconds` starts
+         *     from now (a cron replaces an interval and the other way round); `metadata` is replaced.
+         */
+        patch: operations["patchSchedule"];
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a schedule
+         * @description No tick fires until it is resumed (a tick being fired right now completes).
+         */
+        post: operations["pauseSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused schedule
+         * @description Ticks start again from the next one after now; those of the pause are not fired.
+         */
+        post: operations["resumeSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}/trigger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fire a schedule now
+         * @description Start the schedule's run now, paused or not, outside its cadence: 202 with the run's
+         *     Location, or 200 when the tick started none (say, `skip` and the session is busy).
+         */
+        post: operations["triggerSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{schedule_id}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The runs a schedule started, and the ticks it skipped
+         * @description What each tick did, newest first: the run it started (and its session), or why it
+         *     started none (`missed`, `run_in_progress`, ...). Pass `next_cursor` back as `cursor`.
+         */
+        get: operations["listScheduleRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/ag-ui": {
         parameters: {
             query?: never;
@@ -669,7 +807,8 @@ export interface paths {
          * @description The session's live timeline over Server-Sent Events: every event after the cursor
          *     (`Last-Event-ID`, else `after_seq`), then new events as they are committed, with no gap and
          *     no duplicate. Frames: `id` = seq, `event` = the event type, `data` = the event JSON; with
-         *     `include=deltas` also this server's delta frames (no id). The stream may end with an
+         *     `include=deltas` also the runs' delta frames (no id; see the streams reference: `offset`,
+         *     and the `catch_up` frame a stream opened mid-turn starts with). The stream may end with an
          *     `overflow` or `shutdown` frame: reconnect with `Last-Event-ID`. Browsers authenticate with a
          *     stream token in `?token=` (EventSource cannot send headers).
          */
@@ -784,6 +923,123 @@ export interface paths {
         get: operations["listEventTypes"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook subscriptions (newest first, keyset-paginated)
+         * @description The tenant's subscriptions with their state; pass `next_cursor` back as `cursor`.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Subscribe a URL to event types (the answer shows the signing secret, once)
+         * @description Create an active subscription. Deliveries are signed the Standard Webhooks way with
+         *     the `secret` in this answer, which no other answer shows: keep it. A retry with the same
+         *     `Idempotency-Key` answers with the same subscription (and secret).
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A webhook subscription and its state
+         * @description The subscription: filters, state (`disabled_reason` says why it is off) and health.
+         */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a subscription and its delivery log
+         * @description Delete the subscription and its delivery log; its pending deliveries are dropped.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a subscription's URL, filters or state (disable, enable again)
+         * @description Change what is sent; `null` clears `session_id`, `metadata_filter` or `description`.
+         *     `state: active` turns a disabled subscription on again; pending deliveries then resume.
+         */
+        patch: operations["patchWebhook"];
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The subscription's delivery log (newest first, keyset-paginated)
+         * @description One row per matching event: status, attempts, last error and response code.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One delivery: status, attempts, last error, response code
+         * @description One delivery (its id is the event's, and the `webhook-id` header): status, attempts,
+         *     when it is next due, the last error and response code.
+         */
+        get: operations["getWebhookDelivery"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery again (pending, due now, a fresh round of retries)
+         * @description Queue the delivery again; it keeps its place in its session's order and its
+         *     `webhook-id`, so a receiver that deduplicates should drop its id before asking.
+         */
+        post: operations["redeliverWebhookDelivery"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1482,6 +1738,54 @@ export interface components {
             session: components["schemas"]["SessionSummary"];
             /** @description The child's run, ended (mode wait). */
             run: components["schemas"]["RunRead"];
+        };
+        /** DeliveryList */
+        DeliveryList: {
+            /** Data */
+            data: components["schemas"]["DeliveryRead"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /** DeliveryRead */
+        DeliveryRead: {
+            /**
+             * Delivery Id
+             * @description The event's id; also the `webhook-id` header.
+             */
+            delivery_id: string;
+            /** Webhook Id */
+            webhook_id: string;
+            /** Session Id */
+            session_id: string;
+            /** Seq */
+            seq: number;
+            /** Event Type */
+            event_type: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "failed";
+            /** Attempts */
+            attempts: number;
+            /**
+             * Next Attempt At
+             * @description When a pending delivery is due.
+             */
+            next_attempt_at: string | null;
+            /** Last Attempt At */
+            last_attempt_at: string | null;
+            /** Last Error */
+            last_error: string | null;
+            /** Response Code */
+            response_code: number | null;
+            /** Delivered At */
+            delivered_at: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
         };
         /**
          * Error
@@ -2875,6 +3179,216 @@ export interface components {
             /** Version */
             version: number;
         };
+        /** ScheduleCreate */
+        ScheduleCreate: {
+            /**
+             * Session Id
+             * @description Run on this session; or give agent_name for a new session per tick.
+             */
+            session_id?: string | null;
+            /**
+             * Agent Name
+             * @description A blueprint (GET /v1/agents): each tick runs on a new session made from it.
+             */
+            agent_name?: string | null;
+            /**
+             * Input
+             * @description The input each tick's run gets (as `input` of a run).
+             */
+            input?: string | (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["FilePart"])[] | null;
+            /**
+             * Cron
+             * @description Five fields (minute hour day month weekday), or @hourly, @daily, ...
+             */
+            cron?: string | null;
+            /**
+             * Timezone
+             * @description IANA time zone the cron expression is read in (Europe/Paris); default UTC.
+             * @default UTC
+             */
+            timezone?: string;
+            /**
+             * Interval Seconds
+             * @description Or: a tick every this many seconds (instead of cron).
+             */
+            interval_seconds?: number | null;
+            /**
+             * Missed
+             * @description Ticks later than the misfire grace (replicas down): `skip` drops them, `run_once` fires once for all of them.
+             * @default skip
+             * @enum {string}
+             */
+            missed?: "skip" | "run_once";
+            /**
+             * Multitask
+             * @description A tick whose session has an active run: `skip` it, `enqueue` the run, or `interrupt` the active one.
+             * @default skip
+             * @enum {string}
+             */
+            multitask?: "skip" | "enqueue" | "interrupt";
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Paused
+             * @description Create it paused (resume to start).
+             * @default false
+             */
+            paused?: boolean;
+        };
+        /** ScheduleFireList */
+        ScheduleFireList: {
+            /** Data */
+            data: components["schemas"]["ScheduleFireRead"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /** ScheduleFireRead */
+        ScheduleFireRead: {
+            /** Schedule Id */
+            schedule_id: string;
+            /**
+             * Tick At
+             * Format: date-time
+             * @description The tick (a manual trigger: when it was asked).
+             */
+            tick_at: string;
+            /**
+             * Trigger
+             * @enum {string}
+             */
+            trigger: "schedule" | "manual";
+            /**
+             * Outcome
+             * @enum {string}
+             */
+            outcome: "started" | "skipped" | "failed";
+            /**
+             * Reason
+             * @description Why no run started: missed, run_in_progress, session_not_found, ...
+             */
+            reason: string | null;
+            /**
+             * Ticks
+             * @description How many ticks this record stands for (missed ones).
+             */
+            ticks: number;
+            /** Run Id */
+            run_id: string | null;
+            /** Session Id */
+            session_id: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+        };
+        /** ScheduleList */
+        ScheduleList: {
+            /** Data */
+            data: components["schemas"]["ScheduleRead"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /**
+         * SchedulePatch
+         * @description Only the fields given change; a new cron, timezone or interval starts from now.
+         */
+        SchedulePatch: {
+            /**
+             * Input
+             * @description The input each tick's run gets (as `input` of a run).
+             */
+            input?: string | (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["FilePart"])[] | null;
+            /**
+             * Cron
+             * @description Five fields (minute hour day month weekday), or @hourly, @daily, ...
+             */
+            cron?: string | null;
+            /**
+             * Timezone
+             * @description IANA time zone the cron expression is read in (Europe/Paris); default UTC.
+             */
+            timezone?: string | null;
+            /** Interval Seconds */
+            interval_seconds?: number | null;
+            /**
+             * Missed
+             * @description Ticks later than the misfire grace (replicas down): `skip` drops them, `run_once` fires once for all of them.
+             */
+            missed?: ("skip" | "run_once") | null;
+            /**
+             * Multitask
+             * @description A tick whose session has an active run: `skip` it, `enqueue` the run, or `interrupt` the active one.
+             */
+            multitask?: ("skip" | "enqueue" | "interrupt") | null;
+            /**
+             * Metadata
+             * @description Replaces the metadata.
+             */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        /** ScheduleRead */
+        ScheduleRead: {
+            /** Schedule Id */
+            schedule_id: string;
+            /** Session Id */
+            session_id: string | null;
+            /** Agent Name */
+            agent_name: string | null;
+            /** Input */
+            input: unknown;
+            /** Cron */
+            cron: string | null;
+            /** Timezone */
+            timezone: string;
+            /** Interval Seconds */
+            interval_seconds: number | null;
+            /**
+             * Missed
+             * @enum {string}
+             */
+            missed: "skip" | "run_once";
+            /**
+             * Multitask
+             * @enum {string}
+             */
+            multitask: "skip" | "enqueue" | "interrupt";
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "active" | "paused";
+            /** Metadata */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /**
+             * Next Fire At
+             * @description The next tick (null while paused).
+             */
+            next_fire_at: string | null;
+            /**
+             * Last Fired At
+             * @description When a tick last started a run.
+             */
+            last_fired_at: string | null;
+            /** Version */
+            version: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
         /** SessionCreate */
         SessionCreate: {
             /**
@@ -3912,6 +4426,159 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** WebhookCreate */
+        WebhookCreate: {
+            /**
+             * Url
+             * @description Where deliveries are POSTed (http or https; public addresses only unless the operator allows a network).
+             * @example https://example.com/hooks/asr
+             */
+            url: string;
+            /**
+             * Event Types
+             * @description The event types to deliver (GET /v1/event-types), or `*` for every type.
+             * @example [
+             *       "RUN_FINISHED",
+             *       "APPROVAL_REQUESTED"
+             *     ]
+             */
+            event_types: string[];
+            /**
+             * Session Id
+             * @description Only this session's events.
+             */
+            session_id?: string | null;
+            /**
+             * Metadata Filter
+             * @description Only events of sessions whose metadata holds each key with this value.
+             * @example {
+             *       "team": "support"
+             *     }
+             */
+            metadata_filter?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** Description */
+            description?: string | null;
+        };
+        /** WebhookCreated */
+        WebhookCreated: {
+            /** Webhook Id */
+            webhook_id: string;
+            /** Url */
+            url: string;
+            /** Event Types */
+            event_types: string[];
+            /** Session Id */
+            session_id: string | null;
+            /** Metadata Filter */
+            metadata_filter: {
+                [key: string]: unknown;
+            } | null;
+            /** Description */
+            description: string | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "active" | "disabled";
+            /**
+             * Disabled Reason
+             * @description `disabled_by_tenant`, or `deliveries_failing` when a delivery used up its retries.
+             */
+            disabled_reason: string | null;
+            /** Consecutive Failures */
+            consecutive_failures: number;
+            /** Last Success At */
+            last_success_at: string | null;
+            /** Last Failure At */
+            last_failure_at: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /**
+             * Secret
+             * @description The signing secret (`whsec_...`), shown in this answer only. Verify deliveries with any Standard Webhooks library.
+             */
+            secret: string;
+        };
+        /** WebhookList */
+        WebhookList: {
+            /** Data */
+            data: components["schemas"]["WebhookRead"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /** WebhookPatch */
+        WebhookPatch: {
+            /** Url */
+            url?: string | null;
+            /** Event Types */
+            event_types?: string[] | null;
+            /** Session Id */
+            session_id?: string | null;
+            /** Metadata Filter */
+            metadata_filter?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** Description */
+            description?: string | null;
+            /**
+             * State
+             * @description `disabled` stops deliveries (pending ones wait); `active` resumes them and clears a disabled subscription's failure count.
+             */
+            state?: ("active" | "disabled") | null;
+        };
+        /** WebhookRead */
+        WebhookRead: {
+            /** Webhook Id */
+            webhook_id: string;
+            /** Url */
+            url: string;
+            /** Event Types */
+            event_types: string[];
+            /** Session Id */
+            session_id: string | null;
+            /** Metadata Filter */
+            metadata_filter: {
+                [key: string]: unknown;
+            } | null;
+            /** Description */
+            description: string | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "active" | "disabled";
+            /**
+             * Disabled Reason
+             * @description `disabled_by_tenant`, or `deliveries_failing` when a delivery used up its retries.
+             */
+            disabled_reason: string | null;
+            /** Consecutive Failures */
+            consecutive_failures: number;
+            /** Last Success At */
+            last_success_at: string | null;
+            /** Last Failure At */
+            last_failure_at: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
         /**
          * WindowChanged
          * @description The memory window was set to `max_items` (null: no window); eviction is FIFO.
@@ -4029,11 +4696,11 @@ export interface components {
             resume_after: string;
             detail: string;
         };
-        /** @description `shutdown` on a run's stream: the server stops; follow the session's timeline after `last_seq` (the run goes on, or is interrupted). */
+        /** @description What a `shutdown` frame adds to its `StreamEndFrame`: the server stops; reconnect (to another replica) after `resume_after`. `last_seq` on a session's or run's stream (a run goes on, or is interrupted: follow the session's timeline). */
         ShutdownFrame: {
             reason: string;
             reconnect: boolean;
-            last_seq: number;
+            last_seq?: number;
         };
         /**
          * ActivityMessage
@@ -8941,6 +9608,1312 @@ export interface operations {
             };
         };
     };
+    listSchedules: {
+        parameters: {
+            query?: {
+                /** @example 50 */
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Retry-safe key: the same key and body replay the stored response. */
+                "Idempotency-Key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the session's current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:run_in_progress",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "a run is already active on this session",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "run_in_progress"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    patchSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SchedulePatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A per-tenant limit was reached (open streams, sessions, runs); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:too_many_streams",
+                     *       "title": "Too many requests",
+                     *       "status": 429,
+                     *       "detail": "100 streams are open for this tenant",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "too_many_streams"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A per-tenant limit was reached (open streams, sessions, runs); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:too_many_streams",
+                     *       "title": "Too many requests",
+                     *       "status": 429,
+                     *       "detail": "100 streams are open for this tenant",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "too_many_streams"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}/pause",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A per-tenant limit was reached (open streams, sessions, runs); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:too_many_streams",
+                     *       "title": "Too many requests",
+                     *       "status": 429,
+                     *       "detail": "100 streams are open for this tenant",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "too_many_streams"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}/resume",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    triggerSchedule: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Retry-safe key: the same key and body replay the stored response. */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleFireRead"];
+                };
+            };
+            /** @description a run started; Location is the run */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleFireRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}/trigger",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}/trigger",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}/trigger",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}/trigger",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}/trigger",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}/trigger",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listScheduleRuns: {
+        parameters: {
+            query?: {
+                /** @example 50 */
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleFireList"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     runAgUi: {
         parameters: {
             query?: never;
@@ -10876,7 +12849,7 @@ export interface operations {
                 after_seq?: number | null;
                 /** @description Only these event types (repeat or comma). */
                 types?: string[] | null;
-                /** @description `deltas`: also send this server's ephemeral delta frames (no id). */
+                /** @description `deltas`: also send the session's token deltas, whichever replica runs the model (no id; opened mid-turn, the first is the text so far, `catch_up: true`). */
                 include?: "deltas"[] | null;
                 /** @description A stream token from POST /v1/stream-tokens. */
                 token?: string | null;
@@ -11760,6 +13733,1267 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/event-types",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /** @example 50 */
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *           "url": "https://backend.example.com/hooks/asr",
+                     *           "event_types": [
+                     *             "RUN_FINISHED",
+                     *             "APPROVAL_REQUESTED"
+                     *           ],
+                     *           "session_id": null,
+                     *           "metadata_filter": {
+                     *             "user": "alice"
+                     *           },
+                     *           "description": "notify the support backend",
+                     *           "state": "active",
+                     *           "disabled_reason": null,
+                     *           "consecutive_failures": 0,
+                     *           "last_success_at": "2026-05-01T12:00:01.250000Z",
+                     *           "last_failure_at": null,
+                     *           "created_at": "2026-05-01T12:00:00.000000Z",
+                     *           "updated_at": "2026-05-01T12:00:01.250000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Retry-safe key: the same key and body replay the stored response. */
+                "Idempotency-Key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "https://backend.example.com/hooks/asr",
+                 *       "event_types": [
+                 *         "RUN_FINISHED",
+                 *         "APPROVAL_REQUESTED"
+                 *       ],
+                 *       "metadata_filter": {
+                 *         "user": "alice"
+                 *       },
+                 *       "description": "notify the support backend"
+                 *     }
+                 */
+                "application/json": components["schemas"]["WebhookCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *       "url": "https://backend.example.com/hooks/asr",
+                     *       "event_types": [
+                     *         "RUN_FINISHED",
+                     *         "APPROVAL_REQUESTED"
+                     *       ],
+                     *       "session_id": null,
+                     *       "metadata_filter": {
+                     *         "user": "alice"
+                     *       },
+                     *       "description": "notify the support backend",
+                     *       "state": "active",
+                     *       "disabled_reason": null,
+                     *       "consecutive_failures": 0,
+                     *       "last_success_at": null,
+                     *       "last_failure_at": null,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:01.250000Z",
+                     *       "secret": "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2U="
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the session's current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:run_in_progress",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "a run is already active on this session",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "run_in_progress"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718 */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *       "url": "https://backend.example.com/hooks/asr",
+                     *       "event_types": [
+                     *         "RUN_FINISHED",
+                     *         "APPROVAL_REQUESTED"
+                     *       ],
+                     *       "session_id": null,
+                     *       "metadata_filter": {
+                     *         "user": "alice"
+                     *       },
+                     *       "description": "notify the support backend",
+                     *       "state": "active",
+                     *       "disabled_reason": null,
+                     *       "consecutive_failures": 0,
+                     *       "last_success_at": "2026-05-01T12:00:01.250000Z",
+                     *       "last_failure_at": null,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:01.250000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718 */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    patchWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718 */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "state": "disabled"
+                 *     }
+                 */
+                "application/json": components["schemas"]["WebhookPatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *       "url": "https://backend.example.com/hooks/asr",
+                     *       "event_types": [
+                     *         "RUN_FINISHED",
+                     *         "APPROVAL_REQUESTED"
+                     *       ],
+                     *       "session_id": null,
+                     *       "metadata_filter": {
+                     *         "user": "alice"
+                     *       },
+                     *       "description": "notify the support backend",
+                     *       "state": "disabled",
+                     *       "disabled_reason": "disabled_by_tenant",
+                     *       "consecutive_failures": 0,
+                     *       "last_success_at": "2026-05-01T12:00:01.250000Z",
+                     *       "last_failure_at": null,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:01.250000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks/{webhook_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @example 50 */
+                limit?: number;
+                cursor?: string | null;
+                status?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @example wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718 */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "delivery_id": "0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21",
+                     *           "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *           "session_id": "demo",
+                     *           "seq": 11,
+                     *           "event_type": "RUN_FINISHED",
+                     *           "status": "delivered",
+                     *           "attempts": 1,
+                     *           "next_attempt_at": null,
+                     *           "last_attempt_at": "2026-05-01T12:00:01.250000Z",
+                     *           "last_error": null,
+                     *           "response_code": 204,
+                     *           "delivered_at": "2026-05-01T12:00:01.250000Z",
+                     *           "created_at": "2026-05-01T12:00:01.250000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["DeliveryList"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718 */
+                webhook_id: string;
+                /** @example 0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21 */
+                delivery_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "delivery_id": "0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21",
+                     *       "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *       "session_id": "demo",
+                     *       "seq": 11,
+                     *       "event_type": "RUN_FINISHED",
+                     *       "status": "delivered",
+                     *       "attempts": 1,
+                     *       "next_attempt_at": null,
+                     *       "last_attempt_at": "2026-05-01T12:00:01.250000Z",
+                     *       "last_error": null,
+                     *       "response_code": 204,
+                     *       "delivered_at": "2026-05-01T12:00:01.250000Z",
+                     *       "created_at": "2026-05-01T12:00:01.250000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["DeliveryRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    redeliverWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718 */
+                webhook_id: string;
+                /** @example 0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21 */
+                delivery_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "delivery_id": "0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21",
+                     *       "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
+                     *       "session_id": "demo",
+                     *       "seq": 11,
+                     *       "event_type": "RUN_FINISHED",
+                     *       "status": "pending",
+                     *       "attempts": 1,
+                     *       "next_attempt_at": "2026-05-01T12:00:01.250000Z",
+                     *       "last_attempt_at": "2026-05-01T12:00:01.250000Z",
+                     *       "last_error": null,
+                     *       "response_code": 204,
+                     *       "delivered_at": "2026-05-01T12:00:01.250000Z",
+                     *       "created_at": "2026-05-01T12:00:01.250000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["DeliveryRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
                      *       "code": "database_unavailable"
                      *     }
                      */

@@ -15,8 +15,8 @@ from app.runtime.errors import (
     SessionNotFound,
     VersionConflict,
 )
-from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import IdempotencyToken, NewSession
+from app.runtime.session.events import EventType, NewEvent
 from app.store.store import AgentSessionStore
 from app.store.tables import session_snapshots
 from tests.conftest import TenantKey
@@ -96,14 +96,13 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
     store: AgentSessionStore, tenant: TenantKey
 ) -> None:
     await store.create_session(tenant.tenant_id, session=new("src"), events=items(5))
+    # The source's snapshots: the fork copies the newest at or below its fork point.
+    for seq in (1, 2, 4):
+        state = {"seq": seq, "memory": {"items": [{"n": seq}], "summary": None}}
+        await store.save_snapshot(tenant.tenant_id, "src", seq=seq, kind="auto", state=state)
     forked = NewEvent(EventType.SESSION_FORKED, {"parent_session_id": "src"})
     result = await store.fork_session(
-        tenant.tenant_id,
-        "src",
-        at_seq=3,
-        session=new("child"),
-        events=[forked],
-        snapshot_state={"seq": 4, "memory": {"items": [], "summary": None}},
+        tenant.tenant_id, "src", at_seq=3, session=new("child"), events=[forked]
     )
     assert result.session.parent_session_id == "src"
     assert result.session.forked_from_seq == 3 and result.session.last_seq == 4
@@ -113,26 +112,21 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
     assert [e.payload for e in child[:3]] == [e.payload for e in parent[:3]]
     assert not {e.event_id for e in child} & {e.event_id for e in parent}
     assert len(parent) == 5
-    snap = await store.get_snapshot(tenant.tenant_id, "child")
-    assert snap is not None and snap.seq == 4 and snap.kind == "fork"
+    [snap] = await store.list_snapshots(tenant.tenant_id, "child")
+    source_snap = await store.get_snapshot(tenant.tenant_id, "src", at_or_below=3)
+    assert source_snap is not None and snap.seq == 2 and snap.kind == "fork"
+    assert snap.state == source_snap.state
+    # The copy keeps its content hash: it loads as an intact snapshot.
+    loaded = await store.load_session(tenant.tenant_id, "child")
+    assert loaded is not None and loaded.snapshot is not None and loaded.snapshot.seq == 2
+    assert [e.seq for e in loaded.tail] == [3, 4]
+    # Below every snapshot of the source, the child has none (its load folds from seq 1).
+    await store.fork_session(tenant.tenant_id, "src", at_seq=0, session=new("bare"), events=[])
+    assert await store.list_snapshots(tenant.tenant_id, "bare") == []
     with pytest.raises(InvalidForkPoint):
-        await store.fork_session(
-            tenant.tenant_id,
-            "src",
-            at_seq=6,
-            session=new("c2"),
-            events=[],
-            snapshot_state={"seq": 6},
-        )
+        await store.fork_session(tenant.tenant_id, "src", at_seq=6, session=new("c2"), events=[])
     with pytest.raises(SessionNotFound):
-        await store.fork_session(
-            tenant.tenant_id,
-            "nope",
-            at_seq=1,
-            session=new("c3"),
-            events=[],
-            snapshot_state={"seq": 1},
-        )
+        await store.fork_session(tenant.tenant_id, "nope", at_seq=1, session=new("c3"), events=[])
 
 
 async def test_a_snapshot_with_a_bad_hash_is_skipped(

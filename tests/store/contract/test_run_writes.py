@@ -17,8 +17,8 @@ from app.runtime.errors import (
     StaleSession,
     TooManyRequests,
 )
-from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import NewSession, RunFinish
+from app.runtime.session.events import EventType, NewEvent
 from app.store.store import AgentSessionStore
 from app.store.tables import runs, session_events
 from tests.conftest import TenantKey
@@ -221,3 +221,30 @@ async def _session_with_id(store: AgentSessionStore, tenant: str, sid: str) -> N
     await store.create_session(
         tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
     )
+
+
+async def test_the_sweeper_lists_expired_leases_and_finished_runs_still_holding_a_session(
+    writer: AgentSessionStore, tenant: TenantKey
+) -> None:
+    """Both kinds of `list_stale_runs` (the second from the partial index of sessions that
+    hold a run, migration 0013), and not a live run with a lease ahead of it."""
+    t = tenant.tenant_id
+    live, _ = await _start(writer, t, await _session(writer, t))
+    expired, _ = await _start(writer, t, await _session(writer, t))
+    dangling, _ = await _start(writer, t, await _session(writer, t))
+    async with writer.write(t) as conn:
+        await conn.execute(
+            runs.update()
+            .where(runs.c.tenant_id == t, runs.c.run_id == expired.run_id)
+            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+        # A run closed while its session kept pointing at it (what the sweeper mends).
+        await conn.execute(
+            runs.update()
+            .where(runs.c.tenant_id == t, runs.c.run_id == dangling.run_id)
+            .values(status="completed")
+        )
+    # Across tenants: other tests' stale runs may come first, so no small limit.
+    stale = {r.run_id for r in await writer.list_stale_runs(limit=100_000)}
+    assert expired.run_id in stale and dangling.run_id in stale
+    assert live.run_id not in stale

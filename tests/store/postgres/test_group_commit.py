@@ -13,8 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 
 from app.runtime.errors import SeqConflict, SessionNotFound
-from app.runtime.events import EventType, NewEvent
 from app.runtime.ports import NewSession
+from app.runtime.session.events import EventType, NewEvent
 from app.store.store import AgentSessionStore
 from app.store.tables import session_events
 from tests.conftest import TenantKey
@@ -30,10 +30,14 @@ def pg(store: AgentSessionStore) -> AgentSessionStore:
 def _events(*payloads: str) -> str:
     """An append's events as asr_append_events takes them (a JSON array), payloads as
     given (a broken one breaks the call, as a test wants)."""
-    return "[" + ",".join(
-        f'{{"id":"{uuid.uuid4()}","type":"STEP_END","run_id":null,"turn_id":null,"payload":{p}}}'
-        for p in payloads
-    ) + "]"
+    return (
+        "["
+        + ",".join(
+            f'{{"id":"{uuid.uuid4()}","type":"STEP_END","run_id":null,"turn_id":null,"payload":{p}}}'
+            for p in payloads
+        )
+        + "]"
+    )
 
 
 def _event(i: int) -> NewEvent:

@@ -32,11 +32,12 @@ import pytest
 from sqlalchemy import select, text, update
 
 from app.main import create_app
-from app.runtime.accounts import Accounts
+from app.runtime.access.accounts import Accounts
 from app.runtime.errors import TenantAlreadyExists, Unauthorized
-from app.runtime.events import EventType, NewEvent
-from app.runtime.ports import IdempotencyToken, NewSession
-from app.runtime.retention import RetentionPolicy, apply_retention
+from app.runtime.ports import FireRecord, IdempotencyToken, NewSession
+from app.runtime.session.events import EventType, NewEvent
+from app.runtime.session.retention import RetentionPolicy, apply_retention
+from app.runtime.webhooks.records import NewWebhook
 from app.settings import Settings
 from app.store.base import NO_TENANT, utcnow
 from app.store.engine import make_engine
@@ -154,10 +155,7 @@ async def test_catalog_app_role_is_walled_and_every_tenant_table_forces_rls(role
         if p["policyname"] != "tenant_wall"
     }
     on = "(current_setting('app.cross_tenant'::text, true) = 'on'::text)"
-    assert reach == {
-        (table, cmd): ([roles.owner], on, None)
-        for table, cmd in CROSS_TENANT_REACH
-    }
+    assert reach == {(table, cmd): ([roles.owner], on, None) for table, cmd in CROSS_TENANT_REACH}
 
 
 async def test_raw_select_sees_only_the_transactions_tenant(
@@ -325,6 +323,10 @@ CROSS_TENANT_REACH = (
     ("runs", "SELECT"),
     ("idempotency_keys", "SELECT"),
     ("idempotency_keys", "DELETE"),
+    ("webhook_subscriptions", "SELECT"),
+    ("webhook_deliveries", "SELECT"),
+    ("webhook_deliveries", "UPDATE"),
+    ("schedules", "SELECT"),  # the schedulers' due list (migration 0011)
 )
 _NOTHING = {table: set[str]() for table in TENANT_TABLES}
 
@@ -348,14 +350,56 @@ async def _start_run(
     return run_id
 
 
+# A schedule row's values, as `Scheduler.create` makes them (on session "s").
+_SCHEDULE = {
+    "schedule_id": "sch",
+    "session_id": "s",
+    "agent_name": None,
+    "input": "hi",
+    "cron": None,
+    "timezone": "UTC",
+    "interval_seconds": 60,
+    "missed": "skip",
+    "multitask": "skip",
+    "status": "active",
+    "metadata": {},
+}
+
+
 async def _tenant_in_every_table(store: AgentSessionStore) -> TenantKey:
     """A tenant with rows in every tenant table: a key, a session with events, a snapshot,
-    an Idempotency-Key and a live run."""
-    tenant = await _tenant_with_session(store, 2)
+    an Idempotency-Key, a live run, a webhook subscription with a delivery, and a schedule
+    with a fire."""
+    tenant = await make_tenant(store)
+    await store.create_webhook(
+        tenant.tenant_id,
+        NewWebhook(
+            webhook_id="wh",
+            url="https://example.com/hook",
+            event_types=["*"],
+            session_id=None,
+            metadata_filter=None,
+            description=None,
+            secret="whsec_" + "A" * 44,
+        ),
+    )
+    await store.create_session(
+        tenant.tenant_id,
+        session=NewSession(session_id="s", metadata={}, agent={}, binding={}),
+        events=_items(2, tenant.name),
+    )
     await store.save_snapshot(tenant.tenant_id, "s", seq=2, kind="save", state={"seq": 2})
     token = IdempotencyToken(key=f"k-{tenant.name}", request_hash="h")
     await store.append_events(tenant.tenant_id, "s", events=_items(1, "k"), idempotency=token)
     await _start_run(store, tenant.tenant_id, "s", lease_until=utcnow() + timedelta(minutes=5))
+    now = utcnow()
+    schedule = await store.create_schedule(
+        tenant.tenant_id,
+        values={**_SCHEDULE, "anchor_at": now, "next_fire_at": now + timedelta(minutes=1)},
+    )
+    fire = FireRecord("sch", now, "manual", "skipped", "run_in_progress", 1, None, "s", now)
+    await store.append_schedule_fire(tenant.tenant_id, fire)
+    assert schedule.schedule_id == "sch"
     return tenant
 
 
@@ -520,9 +564,7 @@ async def test_issue_17_auth_and_key_revocation_span_tenants_as_the_app_role(
 async def test_issue_17_the_sweeper_interrupts_any_tenants_expired_run_as_the_app_role(
     roles: Roles,
 ) -> None:
-    application = create_app(
-        Settings(database_url=roles.app_url, bootstrap_default_tenant=False)
-    )
+    application = create_app(Settings(database_url=roles.app_url, bootstrap_default_tenant=False))
     async with application.router.lifespan_context(application):
         store: AgentSessionStore = application.state.store
         b = await _tenant_with_session(store, 1)
@@ -537,6 +579,36 @@ async def test_issue_17_the_sweeper_interrupts_any_tenants_expired_run_as_the_ap
         types = [e.type for e in await store.list_events(b.tenant_id, "s")]
         assert types[-2:] == ["AUTO_STOP", "RUN_FINISHED"]
         assert run_id not in {r.run_id for r in await store.list_stale_runs()}
+
+
+async def test_issue_20_the_scheduler_fires_any_tenants_due_tick_as_the_app_role(
+    roles: Roles,
+) -> None:
+    application = create_app(
+        Settings(
+            database_url=roles.app_url, bootstrap_default_tenant=False, schedules_enabled=False
+        )
+    )
+    async with application.router.lifespan_context(application):
+        store: AgentSessionStore = application.state.store
+        b = await _tenant_with_session(store, 1)
+        scheduler = application.state.scheduler
+        anchor = utcnow() - timedelta(seconds=3601)  # its first tick was a second ago
+        made = await store.create_schedule(
+            b.tenant_id,
+            values={
+                **_SCHEDULE,
+                "schedule_id": f"sch-{b.name}",
+                "interval_seconds": 3600,
+                "anchor_at": anchor,
+                "next_fire_at": anchor + timedelta(seconds=3600),
+            },
+        )
+        assert (b.tenant_id, made.schedule_id) in await store.list_due_schedules(limit=10_000)
+        assert await scheduler.fire_due_once() >= 1
+        fires = await scheduler.fires(b.tenant_id, made.schedule_id, limit=10)
+        assert [f.outcome for f in fires] == ["started"]
+        assert (b.tenant_id, made.schedule_id) not in await store.list_due_schedules(limit=10_000)
 
 
 async def test_issue_17_expired_idempotency_keys_are_swept_as_the_app_role(

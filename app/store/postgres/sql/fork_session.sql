@@ -1,7 +1,9 @@
 -- A fork in one call: the child row (in the source's tree; AS008 when the id is taken)
 -- whose ledger starts as a server-side copy of the source's events 1..p_at_seq (new event
--- ids, same seqs and payloads; the source is only read), then the child's own events, the
--- `fork` snapshot of the child's state at its last seq, and the Idempotency-Key if any.
+-- ids, same seqs and payloads; the source is only read), then the child's own events, a
+-- server-side copy of the source's newest snapshot at or below p_at_seq (the fold of the
+-- very events the child now holds up to its seq; kind `fork`, same state and hash, never
+-- decoded or encoded here or in Python), and the Idempotency-Key if any.
 -- AS002: no source; AS007: p_at_seq outside 0..the source's last seq (its last seq in the
 -- message).
 CREATE OR REPLACE FUNCTION asr_fork_session(
@@ -14,8 +16,6 @@ CREATE OR REPLACE FUNCTION asr_fork_session(
     p_binding jsonb,
     p_now timestamptz,
     p_events jsonb,
-    p_snapshot_state text,
-    p_snapshot_hash text,
     p_idem_key text DEFAULT NULL,
     p_idem_hash text DEFAULT NULL,
     p_idem_expires timestamptz DEFAULT NULL,
@@ -64,10 +64,12 @@ BEGIN
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
         p_events
     );
-    PERFORM asr_insert_snapshot(
-        p_tenant, p_session, o_session.last_seq, 'fork', p_snapshot_state, p_snapshot_hash,
-        p_now
-    );
+    INSERT INTO session_snapshots (tenant_id, session_id, seq, kind, state, state_hash, created_at)
+    SELECT p.tenant_id, p_session, p.seq, 'fork', p.state, p.state_hash, p_now
+      FROM session_snapshots AS p
+     WHERE p.tenant_id = p_tenant AND p.session_id = p_source AND p.seq <= p_at_seq
+     ORDER BY p.seq DESC
+     LIMIT 1;
     PERFORM asr_seal_idempotency(
         p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
         jsonb_build_object(

@@ -1,0 +1,1 @@
+"""Access: tenants, API keys, stream tokens and their revocation."""

@@ -1,0 +1,1 @@
+"""Memory: the items, what fits a model's window, and compaction."""

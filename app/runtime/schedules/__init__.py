@@ -1,0 +1,1 @@
+"""Schedules: cadences, the schedule verbs, and the ticks that start runs."""

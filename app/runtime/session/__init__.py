@@ -1,0 +1,1 @@
+"""The session: its events, their fold into state, and the verbs over it."""

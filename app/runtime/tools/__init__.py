@@ -1,0 +1,1 @@
+"""Tools: the server-side registry, MCP servers, and session processes."""

@@ -1,0 +1,10 @@
+"""Webhooks (issue #20): subscriptions, Standard Webhooks signing, SSRF-checked delivery.
+
+- `records`: the records and the store protocol the webhook verbs need;
+- `service`: `Webhooks`, the verbs the API calls (create, list, get, update, delete, the
+  delivery log, redeliver);
+- `signing`: Standard Webhooks secrets and signatures;
+- `targets`: which URLs and addresses a delivery may go to (SSRF);
+- `delivery`: `Deliverer`, each replica's worker that claims due deliveries from the outbox
+  and sends them, with retries and backoff.
+"""

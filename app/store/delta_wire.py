@@ -1,0 +1,153 @@
+"""Token deltas between replicas: the message, its NOTIFY payloads, and their sender.
+
+A delta message is a piece of one turn's text of one kind (`delta`, `reasoning_delta`) at
+an offset (code points of that kind's text before it), or the end of the turn's text
+(`END`). Offsets make order and gaps visible to every receiver, so a lost or reordered
+notification can never splice text silently.
+
+A payload is a JSON array, `[1, origin, tenant, session, run, turn, kind, offset,
+emitted_at, text]` (1: the format's version), at most `MAX_PAYLOAD_BYTES`: PostgreSQL
+refuses a NOTIFY payload of 8000 bytes or more, so long text is split into several messages
+with consecutive offsets (`split`). JSON is ASCII-escaped, so a payload is valid in any
+server encoding and its size is known before it is sent.
+
+`DeltaNotifier` sends messages in the order given, one statement at a time: NOTIFYs of one
+transaction are delivered in order, and transactions in commit order, so every replica
+receives a session's messages in the order its owner produced them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.postgres.calls import call
+
+log = logging.getLogger("app.store.deltas")
+
+DELTA_CHANNEL = "asr_deltas"
+MAX_PAYLOAD_BYTES = 7900  # PostgreSQL refuses 8000 and more
+END = "END"  # the kind of the message that ends a turn's text
+_VERSION = 1
+_NOTIFY = (
+    "SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))"
+    " FROM unnest($2::text[]) AS p"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaMessage:
+    """A piece of a turn's text (or its end), as every replica applies it."""
+
+    origin: str  # the replica whose model produced it
+    tenant_id: str
+    session_id: str
+    run_id: str | None
+    turn_id: str | None
+    kind: str  # the frame type ("delta", "reasoning_delta") or END
+    offset: int  # code points of this kind's text before `text`
+    emitted_at: float  # unix seconds: when the owner's model produced the first of `text`
+    text: str = ""
+
+    def frame(self) -> dict[str, Any]:
+        """The SSE frame's data, as subscribers receive it (clients append `text`)."""
+        frame: dict[str, Any] = {"type": self.kind, "text": self.text}
+        if self.run_id is not None:
+            frame["run_id"] = self.run_id
+        if self.turn_id is not None:
+            frame["turn_id"] = self.turn_id
+        frame["offset"] = self.offset
+        frame["emitted_at"] = round(self.emitted_at, 6)
+        return frame
+
+
+def encode(message: DeltaMessage) -> str:
+    m = message
+    fields = [_VERSION, m.origin, m.tenant_id, m.session_id, m.run_id, m.turn_id, m.kind]
+    fields += [m.offset, round(m.emitted_at, 6), m.text]
+    return json.dumps(fields, separators=(",", ":"))
+
+
+def decode(payload: str) -> DeltaMessage | None:
+    """The message in a payload, or None for one that is not (or no longer) ours."""
+    try:
+        fields = json.loads(payload)
+        version, origin, tenant, session, run, turn, kind, offset, at, text = fields
+    except (ValueError, TypeError):
+        return None
+    if version != _VERSION or not isinstance(text, str) or not isinstance(offset, int):
+        return None
+    return DeltaMessage(origin, tenant, session, run, turn, kind, offset, float(at), text)
+
+
+def split(message: DeltaMessage, limit: int = MAX_PAYLOAD_BYTES) -> list[DeltaMessage]:
+    """The message as pieces whose payloads fit in `limit` bytes, offsets consecutive.
+
+    A piece is first sized at one byte a character and shrunk in proportion to what its
+    payload really took (escapes take up to 12 bytes a character), so a long text costs a
+    few encodings, not one per character. Ids so long that not even one character fits
+    give no piece (the text then stays on its own replica, and is logged).
+    """
+    header = len(encode(replace(message, text="")))
+    room = limit - header
+    if len(encode(message)) <= limit:
+        return [message]
+    if room < 12:
+        log.warning("delta of session %s not relayed: its ids fill a NOTIFY", message.session_id)
+        return []
+    pieces: list[DeltaMessage] = []
+    text, offset, start = message.text, message.offset, 0
+    while start < len(text):
+        size = min(room, len(text) - start)
+        while True:
+            piece = replace(message, offset=offset + start, text=text[start : start + size])
+            used = len(encode(piece))
+            if used <= limit:
+                break
+            size = max(1, min(size - 1, size * room // (used - header)))
+        pieces.append(piece)
+        start += size
+    return pieces
+
+
+class DeltaNotifier:
+    """Sends delta messages as NOTIFYs on `DELTA_CHANNEL`, in order, one send at a time."""
+
+    def __init__(self, engine: AsyncEngine, *, in_transaction: bool) -> None:
+        self.engine = engine
+        self.in_transaction = in_transaction
+        self._queue: deque[str] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self.failures = 0
+
+    def send(self, messages: list[DeltaMessage]) -> None:
+        """Queue messages that fit a payload (`split`) for sending, in order."""
+        self._queue.extend(encode(message) for message in messages)
+        if self._queue and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._queue:
+            payloads = list(self._queue)
+            self._queue.clear()
+            try:
+                await call(
+                    self.engine,
+                    _NOTIFY,
+                    (DELTA_CHANNEL, payloads),
+                    in_transaction=self.in_transaction,
+                )
+            except Exception:  # ephemeral: the turn's text is in the ledger at its end
+                self.failures += 1
+                log.warning("sending %d delta messages failed", len(payloads), exc_info=True)
+
+    async def flush(self) -> None:
+        """Wait until every message handed to `send` so far has been sent."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)

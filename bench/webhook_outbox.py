@@ -1,0 +1,120 @@
+"""What the webhook outbox trigger costs an append: `python -m bench.webhook_outbox
+[--db pg|sqlite] [--rounds N] [--block N]`.
+
+On a loaded machine two separate bench runs differ by more than the trigger costs, so this
+measures the three cases interleaved in one process on one database, block by block: the
+trigger switched off (the write path as before migration 0010), the trigger on for a tenant
+without a subscription, and the trigger on for a tenant with an active subscription to every
+event type (one outbox row per event). Each case's figure is the median of its blocks; the
+ratios to "off" are what to read. Loopback only, bounded in size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from app.runtime.ports import NewSession
+from app.runtime.webhooks.records import NewWebhook
+from app.runtime.webhooks.signing import new_secret
+from app.settings import Settings
+from app.store.engine import make_engine
+from app.store.store import AgentSessionStore, store_for
+from bench.common import create_database, drop_database, median, migrate, new_event
+
+_SQLITE_TRIGGER_SQL = text(
+    "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'webhook_outbox'"
+)
+
+
+async def _sqlite_trigger(store: AgentSessionStore) -> str:
+    """SQLite's trigger as the migration made it (to put it back after dropping it)."""
+    if store.dialect == "postgresql":
+        return ""
+    async with store.engine.connect() as conn:
+        return str((await conn.execute(_SQLITE_TRIGGER_SQL)).scalar_one())
+
+
+async def _switch(store: AgentSessionStore, on: bool, sqlite_trigger: str) -> None:
+    async with store.engine.begin() as conn:
+        if store.dialect == "postgresql":
+            verb = "ENABLE" if on else "DISABLE"
+            await conn.execute(text(f"ALTER TABLE session_events {verb} TRIGGER webhook_outbox"))
+        elif on:
+            await conn.execute(text(sqlite_trigger))
+        else:
+            await conn.execute(text("DROP TRIGGER IF EXISTS webhook_outbox"))
+
+
+async def _block(store: AgentSessionStore, tenant_id: str, n: int) -> float:
+    sid = f"s-{uuid.uuid4().hex[:12]}"
+    await store.create_session(
+        tenant_id, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
+    )
+    started = time.perf_counter()
+    for i in range(n):
+        await store.append_events(tenant_id, sid, events=[new_event(i)])
+    return n / (time.perf_counter() - started)
+
+
+async def main(db: str, rounds: int, block: int, *, async_commit: bool) -> dict[str, float]:
+    workdir = Path(tempfile.mkdtemp(prefix="asr-bench-outbox-"))
+    url = await create_database(db, workdir)
+    try:
+        await migrate(url)
+        if async_commit and db == "pg":
+            # Without the wait for the WAL flush, an append's cost is its CPU work, and
+            # the trigger's share of it shows instead of drowning in a slow disk's fsync.
+            name = make_url(url).database
+            admin = make_engine(Settings(database_url=url))
+            async with admin.begin() as conn:
+                await conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
+            await admin.dispose()
+        engine = make_engine(Settings(database_url=url))
+        store = store_for(engine)
+        sqlite_trigger = await _sqlite_trigger(store)
+        plain = (await store.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")).tenant_id
+        subscribed = (await store.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")).tenant_id
+        hook = NewWebhook("wh_bench", "https://example.com/b", ["*"], None, None, None, "")
+        await store.create_webhook(subscribed, replace(hook, secret=new_secret()))
+        samples: dict[str, list[float]] = {"off": [], "on_no_subscription": [], "on_subscribed": []}
+        for r in range(rounds):
+            await _switch(store, False, sqlite_trigger)
+            samples["off"].append(await _block(store, plain, block))
+            await _switch(store, True, sqlite_trigger)
+            samples["on_no_subscription"].append(await _block(store, plain, block))
+            samples["on_subscribed"].append(await _block(store, subscribed, block))
+            print(f"round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+        await engine.dispose()
+    finally:
+        await drop_database(url)
+    figures = {case: median(values) for case, values in samples.items()}
+    base = figures["off"]
+    return {
+        **{f"{k}_events_per_s": round(v, 1) for k, v in figures.items()},
+        **{f"{k}_ratio": round(v / base, 3) for k, v in figures.items() if k != "off"},
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=("pg", "sqlite"), default="pg")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--block", type=int, default=200)
+    parser.add_argument(
+        "--async-commit", action="store_true", help="PostgreSQL: synchronous_commit = off"
+    )
+    args = parser.parse_args()
+    backend = "sqlite" if args.db == "sqlite" else "pg"
+    result = asyncio.run(main(backend, args.rounds, args.block, async_commit=args.async_commit))
+    print(json.dumps({"db": args.db, "async_commit": args.async_commit, **result}, indent=2))

@@ -1,0 +1,124 @@
+"""The delta relay (app/store/deltas.py) and its NOTIFY payloads (app/store/delta_wire.py).
+
+Pure: a relay delivers to a list, and "another replica" is a second relay fed the first
+one's messages, as the LISTEN connection would feed them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.store.delta_wire import END, MAX_PAYLOAD_BYTES, DeltaMessage, decode, encode, split
+from app.store.deltas import DeltaRelay
+
+T, S = "tenant", "session"
+
+
+class Sink:
+    """What the relay delivered to local subscribers, and what it would NOTIFY."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.sent: list[DeltaMessage] = []
+
+    def deliver(self, _tenant: str, _session: str, frames: list[dict[str, Any]]) -> None:
+        self.frames.extend(frames)
+
+    # the DeltaNotifier's interface
+    def send(self, messages: list[DeltaMessage]) -> None:
+        assert all(len(encode(m).encode()) <= MAX_PAYLOAD_BYTES for m in messages)
+        self.sent.extend(messages)
+
+    async def flush(self) -> None:
+        return None
+
+
+def frame(text: str, turn: str = "r.t1", kind: str = "delta") -> dict[str, Any]:
+    return {"type": kind, "text": text, "run_id": "r", "turn_id": turn}
+
+
+def test_payloads_fit_notify_and_split_long_text_with_consecutive_offsets() -> None:
+    text = "é" * 3000 + '"\\\n' * 2000 + "😀" * 1000 + "\x01" * 500 + "plain " * 2000
+    message = DeltaMessage("o", T, S, "r", "r.t1", "delta", 7, 1.5, text)
+    pieces = split(message)
+    assert len(pieces) > 1
+    assert all(len(encode(p).encode()) <= MAX_PAYLOAD_BYTES for p in pieces)
+    assert "".join(p.text for p in pieces) == text
+    offsets = [p.offset for p in pieces]
+    assert offsets == [7 + sum(len(p.text) for p in pieces[:i]) for i in range(len(pieces))]
+    assert [decode(encode(p)) for p in pieces] == pieces
+    assert decode("T:S:3") is None and decode('[2,"o"]') is None
+
+
+async def test_owner_coalesces_and_every_replica_gets_the_same_frames_in_order() -> None:
+    owner_sink, remote_sink = Sink(), Sink()
+    owner = DeltaRelay(owner_sink.deliver, notifier=owner_sink, flush_seconds=0.05)  # type: ignore[arg-type]
+    remote = DeltaRelay(remote_sink.deliver)
+    words = [f"w{i} " for i in range(100)] + ["é" * 5000]  # the last one needs splitting
+    for word in words:
+        owner.publish(T, S, frame(word))
+    await owner.end_turn(T, S, run_id="r", turn_id="r.t1")
+    assert owner_sink.sent[-1].kind == END
+    for message in owner_sink.sent:
+        remote.receive(message)
+    # The first word at once, the rest together (split under the NOTIFY limit), then END.
+    assert len(owner_sink.frames) == len(owner_sink.sent) - 1 >= 3
+    assert owner_sink.frames == remote_sink.frames
+    assert "".join(f["text"] for f in remote_sink.frames) == "".join(words)
+    assert remote.catch_up(T, S) == [] and owner.catch_up(T, S) == []  # the turn ended
+
+
+def test_a_late_subscriber_gets_one_catch_up_then_the_rest() -> None:
+    sink = Sink()
+    relay = DeltaRelay(sink.deliver, flush_seconds=0)  # every chunk is sent at once
+    relay.publish(T, S, frame("Hello"))
+    relay.publish(T, S, frame(", world"))
+    relay.publish(T, S, frame("thinking", kind="reasoning_delta"))
+    caught = relay.catch_up(T, S)
+    assert [(f["type"], f["text"], f["offset"], f["catch_up"]) for f in caught] == [
+        ("delta", "Hello, world", 0, True),
+        ("reasoning_delta", "thinking", 0, True),
+    ]
+    relay.publish(T, S, frame("!"))
+    assert sink.frames[-1]["offset"] == len("Hello, world")
+    relay.publish(T, S, frame("Next", turn="r.t2"))  # a new turn replaces the old text
+    assert [f["text"] for f in relay.catch_up(T, S)] == ["Next"]
+
+
+def test_gaps_and_repeats_are_visible_and_never_spliced() -> None:
+    sink = Sink()
+    relay = DeltaRelay(sink.deliver)
+
+    def msg(offset: int, text: str) -> DeltaMessage:
+        return DeltaMessage("other", T, S, "r", "r.t1", "delta", offset, 1.0, text)
+
+    relay.receive(msg(0, "abc"))
+    relay.receive(msg(1, "bcde"))  # overlaps: only "de" is new
+    relay.receive(msg(0, "ab"))  # nothing new
+    assert [(f["offset"], f["text"]) for f in sink.frames] == [(0, "abc"), (3, "de")]
+    relay.receive(msg(9, "xyz"))  # 5..8 were lost
+    assert relay.stats()["delta_gaps"] == 1
+    assert relay.catch_up(T, S) == []  # no catch-up with a hole in it
+    joined = DeltaRelay(Sink().deliver)
+    joined.receive(msg(4, "late"))  # heard from the middle of a turn: no catch-up either
+    assert joined.catch_up(T, S) == []
+
+
+def test_a_reconnected_listener_forgets_other_replicas_turns() -> None:
+    relay = DeltaRelay(Sink().deliver, flush_seconds=0)
+    relay.receive(DeltaMessage("other", T, S, "r", "r.t1", "delta", 0, 1.0, "abc"))
+    relay.publish(T, "mine", frame("own"))
+    relay.forget_remote()
+    assert relay.catch_up(T, S) == []
+    assert [f["text"] for f in relay.catch_up(T, "mine")] == ["own"]
+
+
+async def test_a_burst_costs_two_messages_and_text_after_a_pause_goes_at_once() -> None:
+    sink = Sink()
+    relay = DeltaRelay(sink.deliver, notifier=sink, flush_seconds=0.02)  # type: ignore[arg-type]
+    for i in range(20):  # a burst, no await in between: the first goes, the rest wait
+        relay.publish(T, S, frame(f"{i} "))
+    assert [m.text for m in sink.sent] == ["0 "]
+    await relay.end_turn(T, S, run_id="r", turn_id="r.t1")  # the rest, then END
+    assert [m.text for m in sink.sent[1:-1]] == ["".join(f"{i} " for i in range(1, 20))]
+    assert sink.sent[-1].kind == END

@@ -1,0 +1,66 @@
+"""The layering rules of docs/ARCHITECTURE.md, checked on the imports themselves: the
+runtime imports neither FastAPI nor SQLAlchemy nor the store, and the API talks to the
+runtime, never to the store (issue #16). Only `app.main` assembles the store and the API."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def imported_modules(package: str) -> dict[Path, set[str]]:
+    found: dict[Path, set[str]] = {}
+    for path in (ROOT / "app" / package).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        found[path] = names
+    return found
+
+
+def offending(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path, names in imported_modules(package).items()
+        for name in sorted(names)
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_the_api_never_imports_the_store() -> None:
+    assert offending("api", ("app.store", "sqlalchemy", "asyncpg")) == []
+
+
+def test_the_runtime_imports_neither_http_nor_sql_nor_the_store() -> None:
+    forbidden = ("app.store", "app.api", "fastapi", "starlette", "sqlalchemy", "asyncpg")
+    assert offending("runtime", forbidden) == []
+
+
+def store_reads(package: str, *, through_runtime: bool) -> list[str]:
+    """`<x>.store` attribute reads in `package` (only `<...>runtime.store`, with
+    `through_runtime`), outside `app/runtime/session/service.py`."""
+    found: list[str] = []
+    for path in (ROOT / "app" / package).rglob("*.py"):
+        if path.relative_to(ROOT).as_posix() == "app/runtime/session/service.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Attribute) and node.attr == "store"):
+                continue
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if not through_runtime or name == "runtime":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_the_session_runtime_is_the_only_session_store_caller() -> None:
+    """`SessionRuntime` alone calls the session store, so the state cache it keeps has one
+    owner: runs, compaction, transfer and delegation write through it, and the API reaches
+    no store at all. (Tenants and webhooks keep their own narrow ports: no state there.)"""
+    assert store_reads("runtime", through_runtime=True) == []
+    assert store_reads("api", through_runtime=False) == []
