@@ -11,6 +11,12 @@ Every stream-mode run ends with its closing events, whatever ends it: AUTO_STOP 
 RUN_FINISHED for completion, failure (the scripted `[fail]`: ERROR, then AUTO_STOP with
 FAILED), cancel, interrupt (a new run with `multitask: interrupt`) and lease loss (the lease
 is made to expire in the table and a sweeper takes the run over).
+
+On SQLite the module's server has a database file of its own. Every process's sweeper
+works across tenants, and on one shared file the test process's app (or another test's
+server) could take the expired run over first: its commit would reach this server only at
+the next poll (30 s here), since SQLite has no NOTIFY between processes. On PostgreSQL any
+replica's takeover is heard at once, so the suite's shared database is kept there.
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.store.store import AgentSessionStore
+from app.settings import Settings
+from app.store.engine import make_engine
+from app.store.migrations import upgrade_head
+from app.store.store import AgentSessionStore, store_for
 from app.store.tables import runs
-from tests.conftest import Server, TenantKey, start_server, stop_server
+from tests.conftest import Server, TenantKey, create_database, start_server, stop_server
 from tests.sse.conftest import read_frames
 
 # The heartbeat would notice a fence only after lease/3 = 200 s: far past every bound here.
@@ -43,12 +52,30 @@ SLOW = "[sleep:120000] slow"
 
 
 @pytest.fixture(scope="module")
-def replicas(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+def control_url(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The suite's database on PostgreSQL; a file of the module's own on SQLite."""
+    if database_url.startswith("postgresql"):
+        return database_url
+    url = create_database(tmp_path_factory.mktemp("control-db"), "control")
+    upgrade_head(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+async def store(control_url: str) -> AsyncIterator[AgentSessionStore]:
+    """The store of the servers' database (the `tenant` fixture makes its tenant here)."""
+    engine = make_engine(Settings(database_url=control_url))
+    yield store_for(engine)
+    await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def replicas(control_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
     """[owner, other]: two servers on PostgreSQL, one server twice on SQLite."""
     folder = tmp_path_factory.mktemp("control")
-    count = 2 if database_url.startswith("postgresql") else 1
+    count = 2 if control_url.startswith("postgresql") else 1
     servers = [
-        start_server(database_url, folder / f"r{i}.log", **SLOW_FALLBACK) for i in range(count)
+        start_server(control_url, folder / f"r{i}.log", **SLOW_FALLBACK) for i in range(count)
     ]
     yield servers if count == 2 else servers * 2
     for server in servers:
