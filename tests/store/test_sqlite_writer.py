@@ -17,6 +17,7 @@ import pytest
 from app.runtime.errors import IdempotentReplay, SeqConflict, SessionNotFound
 from app.runtime.ports import IdempotencyToken, NewSession
 from app.runtime.session.events import EventType, NewEvent
+from app.store.notify import Wakeup
 from app.store.sqlite.store import SqliteStore
 from app.store.sqlite.writer import SqliteWriter, _reap, _retire
 from app.store.store import AgentSessionStore
@@ -78,6 +79,55 @@ async def test_concurrent_writes_share_a_transaction_and_fail_alone(
     for outcome in outcomes:
         if not isinstance(outcome, BaseException):
             assert all(stored[e.event_id] == e.seq for e in outcome.events)
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["alone", "queued"])
+async def test_a_write_whose_caller_was_cancelled_is_still_announced(
+    sqlite_store: SqliteStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch, queued: bool
+) -> None:
+    """The thread finishes a transaction whatever happens to its caller; the commit's
+    wake-up must not be lost with the caller, or live subscribers would wait for a poll."""
+    store, t = sqlite_store, tenant.tenant_id
+    sid = f"cancelled-{queued}"
+    await store.create_session(
+        t, session=NewSession(sid, {}, {}, {}), events=[NewEvent(EventType.SESSION_CREATED, {})]
+    )
+    entered, release = threading.Event(), threading.Event()
+    transact = SqliteWriter._transact
+
+    def held(self: SqliteWriter, jobs: list[Any]) -> Any:
+        entered.set()
+        assert release.wait(30)
+        return transact(self, jobs)
+
+    monkeypatch.setattr(SqliteWriter, "_transact", held)
+    heard: list[Wakeup] = []
+    store.announcer.listeners.append(heard.append)
+    try:
+        first = asyncio.create_task(store.append_events(t, sid, events=[step(1)]))
+        await asyncio.to_thread(entered.wait, 30)
+        # Alone: the cancelled caller is the one whose transaction runs. Queued: it waits
+        # behind `first` and is cancelled before its batch even starts.
+        victim = first
+        if queued:
+            victim = asyncio.create_task(store.append_events(t, sid, events=[step(2)]))
+            await asyncio.sleep(0)
+        victim.cancel()
+        await asyncio.sleep(0)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await victim
+        expected = 3 if queued else 2
+        for _ in range(200):
+            if any(w.session_id == sid and w.last_seq == expected for w in heard):
+                break
+            await asyncio.sleep(0.01)
+        if queued:
+            await first
+    finally:
+        store.announcer.listeners.remove(heard.append)
+    assert [e.seq for e in await store.list_events(t, sid)] == list(range(1, expected + 1))
+    assert any(w.session_id == sid and w.last_seq == expected for w in heard), heard
 
 
 def test_a_collected_writer_is_closed_at_a_safe_point_not_by_the_collector() -> None:

@@ -73,7 +73,14 @@ from app.store.idempotency import committed_result
 from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.runs import LIVE, run_from_row
 from app.store.sqlite.cross_tenant import SqliteCrossTenant
-from app.store.sqlite.writer import Job, SqliteWriter, driver, session_from_tuple, sqlite_time
+from app.store.sqlite.writer import (
+    Done,
+    Job,
+    SqliteWriter,
+    driver,
+    session_from_tuple,
+    sqlite_time,
+)
 from app.store.store import AgentSessionStore
 from app.store.tables import (
     idempotency_keys,
@@ -161,15 +168,18 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         """`work` in a committed write transaction of the writer; then, as `write` does after
         its commit, this process's listeners are woken and the appended events counted."""
         with span("store.write", **{"db.system": "sqlite"}):
-            done = await self.writer.run(lambda conn: self._collected(conn, work))
+            done = await self.writer.run(lambda conn: self._collected(conn, work), self._announce)
         if done.error is not None:
             raise done.error
+        return done.value
+
+    def _announce(self, done: Done) -> None:
+        """After a job's commit (even one whose caller was cancelled meanwhile)."""
         holder = SimpleNamespace(info=done.info)
         self.announcer.after_commit(self.announcer.take(cast(AsyncConnection, holder)))
         appended = done.info.get(APPENDED)
         if appended:
             self.observer.events_appended(appended)
-        return done.value
 
     @staticmethod
     async def _collected(conn: AsyncConnection, work: Job) -> Any:

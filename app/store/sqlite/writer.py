@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sqlite3
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
@@ -42,6 +43,8 @@ from sqlalchemy.pool import StaticPool
 from app.runtime.ports import SessionRecord
 from app.store.base import as_utc
 from app.store.engine import WRITE_OPTION, install_sqlite_hooks
+
+log = logging.getLogger("app.store.sqlite")
 
 # A job: the store's write, as a coroutine function of the connection it writes with.
 Job = Callable[[AsyncConnection], Awaitable[Any]]
@@ -106,6 +109,11 @@ class Done:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+# What a job's caller wants done once its job committed (wake the listeners): called on the
+# loop whether or not the caller is still waiting.
+Committed = Callable[[Done], None]
+
+
 def run_now(coroutine: Coroutine[Any, Any, Any]) -> Any:
     """Run a coroutine that never suspends (a job on a `JobConnection`) to its end."""
     try:
@@ -131,7 +139,7 @@ class SqliteWriter:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-sqlite-writer")
         self._engine: Any = None
         self._conn: Connection | None = None
-        self._queue: list[tuple[Job, asyncio.Future[Done]]] = []
+        self._queue: list[tuple[Job, asyncio.Future[Done], Committed | None]] = []
         self._draining: asyncio.Task[None] | None = None
         self._busy = False  # a lone caller's transaction is running (`run`)
 
@@ -140,23 +148,31 @@ class SqliteWriter:
         (at the next safe point: see `_retire`)."""
         weakref.finalize(owner, _retire, self._executor, self._close_sync)
 
-    async def run(self, job: Job) -> Done:
-        """Run `job` in a committed transaction (alone, or with the jobs queued with it)."""
+    async def run(self, job: Job, committed: Committed | None = None) -> Done:
+        """Run `job` in a committed transaction (alone, or with the jobs queued with it).
+
+        `committed(outcome)` is called as soon as the job committed, even if the caller was
+        cancelled while its transaction ran: the thread finishes the transaction regardless,
+        and what the commit must announce cannot be lost with the caller.
+        """
         if _RETIRED:
             _reap()
         loop = asyncio.get_running_loop()
         if not self._busy and self._draining is None:
             # Nobody writing or waiting: this caller runs its own transaction, at once,
-            # with no task or future in between (a lone writer never waits for a batch).
+            # with no task in between (a lone writer never waits for a batch).
             self._busy = True
             try:
                 async with self.lock:
-                    [outcome] = await loop.run_in_executor(self._executor, self._transact, [job])
+                    work = loop.run_in_executor(self._executor, self._transact, [job])
+                    if committed is not None:
+                        work.add_done_callback(lambda f: _report(f, committed))
+                    [outcome] = await asyncio.shield(work)
                 return outcome
             finally:
                 self._busy = False
         future: asyncio.Future[Done] = loop.create_future()
-        self._queue.append((job, future))
+        self._queue.append((job, future, committed))
         if self._draining is None:
             self._draining = asyncio.get_running_loop().create_task(self._drain())
         return await future
@@ -170,14 +186,16 @@ class SqliteWriter:
                 async with self.lock:
                     batch = self._queue[: self.max_batch]
                     del self._queue[: self.max_batch]
-                    jobs = [job for job, _ in batch]
+                    jobs = [job for job, _, _ in batch]
                     try:
                         outcomes = await asyncio.get_running_loop().run_in_executor(
                             self._executor, self._transact, jobs
                         )
                     except BaseException as exc:  # BEGIN or COMMIT failed: nothing committed
                         outcomes = [Done(error=exc) for _ in jobs]
-                for (_, future), outcome in zip(batch, outcomes, strict=True):
+                for (_, future, committed), outcome in zip(batch, outcomes, strict=True):
+                    if committed is not None and outcome.error is None:
+                        _announce(committed, outcome)
                     if not future.done():
                         future.set_result(outcome)
         finally:
@@ -235,6 +253,22 @@ class SqliteWriter:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+
+
+def _report(work: asyncio.Future[list[Done]], committed: Committed) -> None:
+    """A lone job's transaction ended: report its commit (not a rollback, not a failure)."""
+    if work.cancelled() or work.exception() is not None:
+        return
+    [outcome] = work.result()
+    if outcome.error is None:
+        _announce(committed, outcome)
+
+
+def _announce(committed: Committed, outcome: Done) -> None:
+    try:
+        committed(outcome)
+    except Exception:  # the commit stands: a failed announcement costs latency (polling)
+        log.exception("announcing a committed write failed")
 
 
 class _Abort(Exception):
