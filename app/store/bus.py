@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,7 +235,7 @@ class EventBus:
                 # This process committed exactly the rows after the cursor: hand them on
                 # as they are, instead of reading them back (what a stream-mode run pays).
                 self.counters["handed_on"] += 1
-                self._push(topic, list(wakeup.events))
+                self._push(topic, wakeup.events)
             else:
                 self._mark((wakeup.tenant_id, wakeup.session_id), wakeup.last_seq)
 
@@ -290,7 +290,7 @@ class EventBus:
             log.warning("reading new events of %s failed", key[1], exc_info=True)
 
     @staticmethod
-    def _push(topic: _Topic, events: list[Event]) -> None:
+    def _push(topic: _Topic, events: Sequence[Event]) -> None:
         """Events after the topic's cursor to each subscriber, the cursor moved past them.
         Those at or below the cursor were pushed already: a read that began before a
         commit was handed on may return them again."""

@@ -197,6 +197,49 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
         await bus.stop()
 
 
+async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
+    store: AgentSessionStore,
+    tenant: TenantKey,
+    is_postgres: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A drain's read that began before a commit was handed on returns the handed-on events
+    again: the bus passes on none of them twice, and its cursor never moves back."""
+    bus = InProcessBus(store, poll_seconds=30)
+    await bus.start()
+    try:
+        t = tenant.tenant_id
+        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
+                                                  binding={})).session.session_id  # fmt: skip
+        gate, reading = asyncio.Event(), asyncio.Event()
+        real_read = store.list_events
+
+        async def read_late(*args: object, **kwargs: object) -> object:
+            reading.set()
+            await gate.wait()  # the read's snapshot is taken after the commit below
+            return await real_read(*args, **kwargs)  # type: ignore[arg-type]
+
+        got: list[Delivery] = []
+        with bus.subscribe(t, sid, head=1) as sub:
+            monkeypatch.setattr(store, "list_events", read_late)
+            bus.catch_up()  # a drain begins: it asks for the rows after the cursor (1)
+            await asyncio.wait_for(reading.wait(), 5)
+            await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
+            # PostgreSQL: the stored function's events (2, 3) were handed on meanwhile.
+            assert bus.counters["handed_on"] == (1 if is_postgres else 0)
+            gate.set()  # the drain's read now returns 2 and 3 as well
+            async with asyncio.timeout(5):
+                while not got or got[-1].event.seq < 3:
+                    got.extend(i for i in await sub.take() if isinstance(i, Delivery))
+            for _ in range(3):  # let the drain (and any wake-up after it) finish
+                await asyncio.sleep(0.05)
+            got.extend(i for i in await sub.take(max_wait=0.05) if isinstance(i, Delivery))
+            assert bus._topics[(t, sid)].cursor == 3
+        assert [d.event.seq for d in got] == [2, 3]
+    finally:
+        await bus.stop()
+
+
 async def test_subscription_inbox_is_bounded() -> None:
     overflows: list[int] = []
     sub = Subscription(limit=3, on_overflow=lambda: overflows.append(1))
