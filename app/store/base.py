@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -104,9 +104,17 @@ class StoreBase(ABC):
         if self.announcer.notifier is not None:
             await self.announcer.notifier.flush()
 
-    def touch(self, conn: AsyncConnection, tenant_id: str, session_id: str, last_seq: int) -> None:
-        """Mark this write transaction as having inserted events of the session."""
-        self.announcer.touch(conn, tenant_id, session_id, last_seq)
+    def touch(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        last_seq: int,
+        events: Sequence[Event] | None = None,
+    ) -> None:
+        """Mark this write transaction as having inserted events of the session (`events`:
+        those it inserted, as written, when it has them; see `Announcer.touch`)."""
+        self.announcer.touch(conn, tenant_id, session_id, last_seq, events)
 
     @asynccontextmanager
     async def read(self, tenant_id: str | None) -> AsyncIterator[AsyncConnection]:

@@ -4,7 +4,8 @@ The table is the only data of record. A wake-up (a local commit, a NOTIFY from a
 replica, a poll tick, a listener reconnect) only says "session S may have rows after seq
 L"; the bus then reads those rows ONCE per session and fans them out to every local
 subscriber of S. A commit of this process whose writer has its events (a stored function's
-append on PostgreSQL) hands them on instead of the read, when they start right after the
+append on PostgreSQL, a job of SQLite's writer) hands them on instead of the read, when
+they start right after the
 cursor: a stream-mode run's events then cost no read back (its server CPU per run went from
 2.2-2.4x a wait-mode run's to 1.7-2.0x). Each session topic keeps a cursor with one
 invariant: every event at or below it was committed before any current subscriber

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -57,7 +57,8 @@ class Wakeup:
 
     `session_id` None means any session of the tenant may have changed. `events`, in this
     process only (never sent), are the committed events ending at `last_seq` when the writer
-    has them (a stored function's append): the bus hands them on without reading them back.
+    has them all (a stored function's append on PostgreSQL, a job of SQLite's writer): the
+    bus hands them on without reading them back.
     """
 
     tenant_id: str
@@ -148,6 +149,18 @@ class Notifier:
             await asyncio.shield(self._task)
 
 
+@dataclass(slots=True)
+class _Touched:
+    """What one transaction wrote of one session: up to `last_seq`, and the events if the
+    writer has them all (None once any of them were not in hand)."""
+
+    last_seq: int
+    events: list[Event] | None
+
+    def complete(self) -> bool:
+        return self.events is not None and self.events[-1].seq == self.last_seq
+
+
 class Announcer:
     """Collects the sessions a write transaction appended to, and announces them."""
 
@@ -158,16 +171,39 @@ class Announcer:
     def begin(self, conn: AsyncConnection) -> None:
         conn.info[_TOUCHED] = {}
 
-    def touch(self, conn: AsyncConnection, tenant_id: str, session_id: str, last_seq: int) -> None:
-        """Record that this transaction wrote events of the session up to `last_seq`."""
-        touched: dict[tuple[str, str], int] = conn.info.setdefault(_TOUCHED, {})
+    def touch(
+        self,
+        conn: AsyncConnection,
+        tenant_id: str,
+        session_id: str,
+        last_seq: int,
+        events: Sequence[Event] | None = None,
+    ) -> None:
+        """Record that this transaction wrote events of the session up to `last_seq`.
+
+        `events` are the events it inserted, as written (None: rows copied server-side,
+        not in hand). The wake-up carries them only if the transaction's events of the
+        session are all in hand and follow one another, so that a hand-on is complete.
+        """
+        touched: dict[tuple[str, str], _Touched] = conn.info.setdefault(_TOUCHED, {})
         key = (tenant_id, session_id)
-        touched[key] = max(last_seq, touched.get(key, 0))
+        mine = list(events) if events else None
+        before = touched.get(key)
+        if before is None:
+            touched[key] = _Touched(last_seq, mine)
+            return
+        joined = None
+        if before.events and mine and before.events[-1].seq + 1 == mine[0].seq:
+            joined = before.events + mine
+        touched[key] = _Touched(max(last_seq, before.last_seq), joined)
 
     def take(self, conn: AsyncConnection) -> list[Wakeup]:
         """The wake-ups of the transaction on `conn` (taken off it)."""
-        touched: dict[tuple[str, str], int] = conn.info.pop(_TOUCHED, None) or {}
-        return [Wakeup(t, s, seq) for (t, s), seq in touched.items()]
+        touched: dict[tuple[str, str], _Touched] = conn.info.pop(_TOUCHED, None) or {}
+        return [
+            Wakeup(t, s, x.last_seq, tuple(x.events) if x.complete() else ())
+            for (t, s), x in touched.items()
+        ]
 
     def discard(self, conn: AsyncConnection) -> None:
         """Forget what a rolled-back transaction touched (conn.info outlives it)."""

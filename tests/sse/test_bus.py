@@ -160,10 +160,10 @@ async def test_polling_delivers_when_wakeups_are_lost(
 
 
 async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_once_in_order(
-    store: AgentSessionStore, tenant: TenantKey, is_postgres: bool
+    store: AgentSessionStore, tenant: TenantKey
 ) -> None:
-    """A stored function's append hands its events to the bus (no read back) when they
-    follow the topic's cursor; after a gap (a commit the bus never heard of) it reads the
+    """A write hands its events to the bus (no read back) when they follow the topic's
+    cursor; after a gap (a commit the bus never heard of) it reads the
     table instead. Either way the subscriber gets each event once, in order, exactly as the
     table holds it."""
     bus = InProcessBus(store, poll_seconds=30)
@@ -183,7 +183,7 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
             await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
             await take(3)
             handed = bus.counters["handed_on"]
-            assert handed == (1 if is_postgres else 0)
+            assert handed == 1
             store.announcer.listeners.remove(bus.wake)  # deaf: seqs 4 and 5 go unheard
             await store.append_events(t, sid, events=[item_event("c"), item_event("d")])
             store.announcer.listeners.append(bus.wake)
@@ -200,7 +200,6 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
 async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
     store: AgentSessionStore,
     tenant: TenantKey,
-    is_postgres: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A drain's read that began before a commit was handed on returns the handed-on events
@@ -225,8 +224,8 @@ async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
             bus.catch_up()  # a drain begins: it asks for the rows after the cursor (1)
             await asyncio.wait_for(reading.wait(), 5)
             await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
-            # PostgreSQL: the stored function's events (2, 3) were handed on meanwhile.
-            assert bus.counters["handed_on"] == (1 if is_postgres else 0)
+            # The writer's events (2, 3) were handed on meanwhile.
+            assert bus.counters["handed_on"] == 1
             gate.set()  # the drain's read now returns 2 and 3 as well
             async with asyncio.timeout(5):
                 while not got or got[-1].event.seq < 3:

@@ -378,7 +378,6 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     ) -> list[Event]:
         if not events:
             return []
-        self.touch(conn, session.tenant_id, session.session_id, session.last_seq)
         # Counted for metrics once the transaction commits (see StoreBase.write); a fork's
         # copied prefix (_copy_events) is not new and is not counted.
         note_appended(conn, [str(e.type) for e in events])
@@ -418,6 +417,8 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
                 )
             )
         driver(conn).executemany(_INSERT_EVENT_ROW, rows)
+        # Announced after the commit with the events as written: the bus hands them on.
+        self.touch(conn, session.tenant_id, session.session_id, session.last_seq, written)
         return written
 
     async def _reserve_positions(self, conn: AsyncConnection, n: int) -> int:
