@@ -4,9 +4,6 @@ runs a schedule started (`/v1/schedules`). The scheduling itself is `app.runtime
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -15,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import IdempotencyKey, SchedulerDep, SettingsDep, TenantDep
 from app.api.idempotency import idempotent
+from app.api.pages import cut, decode_cursor
 from app.api.problems import problem_responses
 from app.api.schedule_schemas import (
     ScheduleCreate,
@@ -79,18 +77,6 @@ def _input(value: Any) -> Any:
     return value
 
 
-def _encode_cursor(moment: datetime, name: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([moment.isoformat(), name]).encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        moment, name = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(moment), str(name)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise InvalidRequest("cursor is not one this service issued") from exc
-
-
 def _created(record: ScheduleRecord) -> JSONResponse:
     location = f"/v1/schedules/{record.schedule_id}"
     return JSONResponse(schedule_view(record), status_code=201, headers={"Location": location})
@@ -151,11 +137,9 @@ async def list_schedules(
 ) -> dict[str, Any]:
     """The tenant's schedules, newest first; pass `next_cursor` back as `cursor`."""
     page = min(limit, settings.page_limit_max)
-    after = _decode_cursor(cursor) if cursor else None
+    after = decode_cursor(cursor)
     rows = await scheduler.list(tenant.tenant_id, limit=page + 1, after=after)
-    more = len(rows) > page
-    rows = rows[:page]
-    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].schedule_id) if more else None
+    rows, next_cursor = cut(rows, page, lambda r: (r.created_at, r.schedule_id))
     return {"data": [schedule_view(r) for r in rows], "next_cursor": next_cursor}
 
 
@@ -287,9 +271,7 @@ async def list_schedule_runs(
     """What each tick did, newest first: the run it started (and its session), or why it
     started none (`missed`, `run_in_progress`, ...). Pass `next_cursor` back as `cursor`."""
     page = min(limit, settings.page_limit_max)
-    before = _decode_cursor(cursor) if cursor else None
+    before = decode_cursor(cursor)
     rows = await scheduler.fires(tenant.tenant_id, schedule_id, limit=page + 1, before=before)
-    more = len(rows) > page
-    rows = rows[:page]
-    next_cursor = _encode_cursor(rows[-1].tick_at, rows[-1].trigger) if more else None
+    rows, next_cursor = cut(rows, page, lambda f: (f.tick_at, f.trigger))
     return {"data": [fire_view(f) for f in rows], "next_cursor": next_cursor}

@@ -3,10 +3,6 @@ restore, projection, memory."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -23,6 +19,7 @@ from app.api.deps import (
     TenantDep,
 )
 from app.api.idempotency import idempotent
+from app.api.pages import cut, decode_cursor
 from app.api.problems import problem_responses
 from app.api.schemas import (
     MAX_SEQ,
@@ -118,19 +115,6 @@ def _display_created(loaded: Loaded) -> Response:
     return _created(views.session_display(loaded), f"/v1/sessions/{loaded.session.session_id}")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created_at, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(created_at), str(session_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise InvalidRequest("cursor is not one this service issued") from exc
-
-
-def _encode_cursor(created_at: datetime, session_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), session_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
 @router.get(
     "",
     response_model=SessionList,
@@ -158,13 +142,11 @@ async def list_sessions(
         if k.startswith("metadata.") and len(k) > len("metadata.")
     }
     page = min(limit, settings.page_limit_max)
-    after = _decode_cursor(cursor) if cursor else None
+    after = decode_cursor(cursor)
     rows = await runtime.list(
         tenant.tenant_id, limit=page + 1, after=after, status=status, metadata=filters or None
     )
-    more = len(rows) > page
-    rows = rows[:page]
-    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].session_id) if more else None
+    rows, next_cursor = cut(rows, page, lambda r: (r.created_at, r.session_id))
     return {"data": [views.session_summary(r) for r in rows], "next_cursor": next_cursor}
 
 

@@ -5,9 +5,6 @@ replica; see docs/how-to/webhooks.md for receivers.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -16,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import IdempotencyKey, RuntimeDep, SettingsDep, TenantDep
 from app.api.idempotency import idempotent, provisional
+from app.api.pages import cut, decode_cursor
 from app.api.problems import problem_responses
 from app.api.webhook_schemas import (
     DeliveryList,
@@ -26,7 +24,7 @@ from app.api.webhook_schemas import (
     WebhookPatch,
     WebhookRead,
 )
-from app.runtime.errors import InvalidRequest, InvalidWebhook
+from app.runtime.errors import InvalidWebhook
 from app.runtime.ports import IdempotencyToken
 from app.runtime.webhooks.records import PENDING, DeliveryRecord, WebhookRecord
 from app.runtime.webhooks.service import Webhooks
@@ -86,18 +84,6 @@ def delivery_json(d: DeliveryRecord) -> dict[str, Any]:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created_at, key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(created_at), str(key)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise InvalidRequest("cursor is not one this service issued") from exc
-
-
-def _encode_cursor(created_at: datetime, key: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), key]).encode()).decode()
 
 
 @router.post(
@@ -164,11 +150,9 @@ async def list_webhooks(
 ) -> dict:
     """The tenant's subscriptions with their state; pass `next_cursor` back as `cursor`."""
     page = min(limit, settings.page_limit_max)
-    after = _decode_cursor(cursor) if cursor else None
+    after = decode_cursor(cursor)
     rows = await webhooks.list(tenant.tenant_id, limit=page + 1, after=after)
-    more = len(rows) > page
-    rows = rows[:page]
-    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].webhook_id) if more else None
+    rows, next_cursor = cut(rows, page, lambda r: (r.created_at, r.webhook_id))
     return {"data": [webhook_json(r) for r in rows], "next_cursor": next_cursor}
 
 
@@ -231,13 +215,11 @@ async def list_webhook_deliveries(
 ) -> dict:
     """One row per matching event: status, attempts, last error and response code."""
     page = min(limit, settings.page_limit_max)
-    after = _decode_cursor(cursor) if cursor else None
+    after = decode_cursor(cursor)
     rows = await webhooks.deliveries(
         tenant.tenant_id, webhook_id, limit=page + 1, after=after, status=status
     )
-    more = len(rows) > page
-    rows = rows[:page]
-    next_cursor = _encode_cursor(rows[-1].created_at, rows[-1].event_id) if more else None
+    rows, next_cursor = cut(rows, page, lambda d: (d.created_at, d.event_id))
     return {"data": [delivery_json(r) for r in rows], "next_cursor": next_cursor}
 
 
