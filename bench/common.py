@@ -144,6 +144,17 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - started
 
 
+async def interleaved(
+    repeats: int, a: Callable[[], Awaitable[float]], b: Callable[[], Awaitable[float]]
+) -> tuple[list[float], list[float]]:
+    """Alternate the measured and the raw run, so that load drifts hit both alike."""
+    xs, ys = [], []
+    for _ in range(repeats):
+        xs.append(await a())
+        ys.append(await b())
+    return xs, ys
+
+
 async def per_call_ms(fn: Callable[[], Awaitable[Any]], *, calls: int) -> float:
     """Median milliseconds per call over `calls` calls (after one warm-up call)."""
     await fn()

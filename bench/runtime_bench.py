@@ -27,7 +27,7 @@ from app.runtime.session.events import EventType
 from app.runtime.session.service import SessionRuntime
 from app.store.store import AgentSessionStore
 from bench import bulk
-from bench.common import TEXT, Figure, Sizes, median, per_call_ms
+from bench.common import TEXT, Figure, Sizes, interleaved, median, per_call_ms
 from bench.raw import RawPostgres, RawSqlite
 
 Log = Callable[[str], None]
@@ -87,11 +87,7 @@ class RuntimeBench:
     async def _interleaved(
         self, a: Callable[[], Awaitable[float]], b: Callable[[], Awaitable[float]]
     ) -> tuple[list[float], list[float]]:
-        xs, ys = [], []
-        for _ in range(self.sizes.repeats):
-            xs.append(await a())
-            ys.append(await b())
-        return xs, ys
+        return await interleaved(self.sizes.repeats, a, b)
 
     # ------------------------------------------------------------------ appends
 

@@ -18,7 +18,7 @@ from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.store import store_for
 from bench import bulk
-from bench.common import Figure, Sizes, median, new_event, per_call_ms
+from bench.common import Figure, Sizes, interleaved, median, new_event, per_call_ms
 from bench.raw import RawPostgres, RawSqlite, raw_for
 
 Log = Callable[[str], None]
@@ -108,12 +108,7 @@ class StoreBench:
     async def _interleaved(
         self, a: Callable[[], Awaitable[float]], b: Callable[[], Awaitable[float]]
     ) -> tuple[list[float], list[float]]:
-        """Alternate the measured and the raw run, so that load drifts hit both alike."""
-        xs, ys = [], []
-        for _ in range(self.sizes.repeats):
-            xs.append(await a())
-            ys.append(await b())
-        return xs, ys
+        return await interleaved(self.sizes.repeats, a, b)
 
     async def append_conc(self) -> Figure:
         s = self.sizes
