@@ -51,7 +51,8 @@ async def toolkit(settings: Settings) -> AsyncIterator[Toolkit]:
         await engine.dispose()
 
 
-def _line(out: TextIO, data: dict[str, Any]) -> None:
+def json_line(out: TextIO, data: dict[str, Any]) -> None:
+    """One JSON Lines record of the admin verbs' output (`asr schedules` writes them too)."""
     out.write(json.dumps(data, separators=(",", ":"), default=str) + "\n")
 
 
@@ -73,7 +74,7 @@ def session_row(record: SessionRecord) -> dict[str, Any]:
 
 async def list_tenants(kit: Toolkit, out: TextIO) -> None:
     for tenant in await kit.accounts.list_tenants():
-        _line(
+        json_line(
             out,
             {
                 "name": tenant.name,
@@ -95,7 +96,7 @@ async def list_sessions(
             tenant_id, limit=min(remaining, 500), after=after, status=status
         )
         for record in page:
-            _line(out, session_row(record))
+            json_line(out, session_row(record))
         if len(page) < min(remaining, 500):
             return
         remaining -= len(page)
@@ -107,7 +108,7 @@ async def show_session(kit: Toolkit, out: TextIO, *, tenant: str, session_id: st
     tenant_id = await kit.accounts.tenant_id_of(tenant)
     loaded = await kit.runtime.load(tenant_id, session_id)
     state = loaded.state
-    _line(
+    json_line(
         out,
         {
             **session_row(loaded.session),
@@ -141,7 +142,7 @@ async def print_events(
             tenant_id, session_id, after_seq=last, types=types, limit=batch_size
         )
         for event in batch:
-            _line(out, event.to_json())
+            json_line(out, event.to_json())
             last = event.seq
         if remaining is not None:
             remaining -= len(batch)
@@ -182,7 +183,7 @@ async def export_session(kit: Toolkit, out: TextIO, *, tenant: str, session_id: 
     tenant_id = await kit.accounts.tenant_id_of(tenant)
     count = -1
     async for line in export_ledger(kit.runtime, tenant_id, session_id):
-        _line(out, line)
+        json_line(out, line)
         count += 1
     out.flush()
     return count
@@ -208,8 +209,9 @@ async def run_retention(
     only = [await kit.accounts.tenant_id_of(tenant)] if tenant is not None else None
     report = await apply_retention(kit.store, policy, dry_run=dry_run, tenant_ids=only)
     for tenant_id, session_id in report.sessions_erased:
-        _line(out, {"erased" if not dry_run else "would_erase": session_id, "tenant_id": tenant_id})
-    _line(
+        verb = "erased" if not dry_run else "would_erase"
+        json_line(out, {verb: session_id, "tenant_id": tenant_id})
+    json_line(
         out,
         {
             "dry_run": dry_run,

@@ -7,17 +7,12 @@ schedulers fire them (there is no "trigger now" here: a run needs a server to ex
 
 from __future__ import annotations
 
-import json
 from typing import Any, TextIO
 
-from app.admin import Toolkit
+from app.admin import Toolkit, json_line
 from app.runtime.ports import FireRecord, ScheduleRecord
 from app.runtime.runs.blueprints import Blueprints
 from app.runtime.schedules.service import Scheduler, ScheduleSpec
-
-
-def _line(out: TextIO, data: dict[str, Any]) -> None:
-    out.write(json.dumps(data, separators=(",", ":"), default=str) + "\n")
 
 
 def schedule_row(record: ScheduleRecord) -> dict[str, Any]:
@@ -62,7 +57,7 @@ async def list_schedules(kit: Toolkit, out: TextIO, *, tenant: str, limit: int) 
     while remaining > 0:
         page = await scheduler.list(tenant_id, limit=min(remaining, 500), after=after)
         for record in page:
-            _line(out, schedule_row(record))
+            json_line(out, schedule_row(record))
         if len(page) < min(remaining, 500):
             return
         remaining -= len(page)
@@ -72,7 +67,7 @@ async def list_schedules(kit: Toolkit, out: TextIO, *, tenant: str, limit: int) 
 async def show_schedule(kit: Toolkit, out: TextIO, *, tenant: str, schedule_id: str) -> None:
     tenant_id = await kit.accounts.tenant_id_of(tenant)
     record = await scheduler_of(kit).get(tenant_id, schedule_id)
-    _line(out, {**schedule_row(record), "metadata": record.metadata})
+    json_line(out, {**schedule_row(record), "metadata": record.metadata})
 
 
 async def create_schedule(
@@ -81,7 +76,7 @@ async def create_schedule(
     """Create and print the schedule (bad cron, zone or interval: InvalidSchedule)."""
     tenant_id = await kit.accounts.tenant_id_of(tenant)
     record = await scheduler_of(kit, blueprints).create(tenant_id, spec)
-    _line(out, schedule_row(record))
+    json_line(out, schedule_row(record))
     return record
 
 
@@ -93,10 +88,10 @@ async def change_schedule(
     scheduler = scheduler_of(kit)
     if action == "delete":
         await scheduler.delete(tenant_id, schedule_id)
-        _line(out, {"schedule_id": schedule_id, "deleted": True})
+        json_line(out, {"schedule_id": schedule_id, "deleted": True})
         return
     verb = scheduler.pause if action == "pause" else scheduler.resume
-    _line(out, schedule_row(await verb(tenant_id, schedule_id)))
+    json_line(out, schedule_row(await verb(tenant_id, schedule_id)))
 
 
 async def list_fires(
@@ -105,4 +100,4 @@ async def list_fires(
     """What the schedule's ticks did, newest first (the runs it started, and skips)."""
     tenant_id = await kit.accounts.tenant_id_of(tenant)
     for fire in await scheduler_of(kit).fires(tenant_id, schedule_id, limit=limit):
-        _line(out, fire_row(fire))
+        json_line(out, fire_row(fire))
