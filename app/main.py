@@ -127,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_event_bytes=settings.max_event_bytes,
             redactor=redactor,
             notify=settings.sse_notify,
+            notify_interval=settings.sse_notify_interval_ms / 1000,
             pgbouncer=settings.db_pgbouncer,
         )
         app.state.store = store

@@ -246,6 +246,13 @@ class Settings(BaseSettings):
         default=2.0, gt=0, le=300, description="Fallback poll for new events (lost NOTIFYs)."
     )
     sse_notify: bool = Field(default=True, description="PostgreSQL: NOTIFY on commit and LISTEN.")
+    sse_notify_interval_ms: float = Field(
+        default=5,
+        ge=0,
+        le=1000,
+        description="PostgreSQL: commits' wake-ups go to other replicas at most this often "
+        "(coalesced into one NOTIFY transaction); a wake-up after a quiet spell goes at once.",
+    )
     sse_listen_keepalive_seconds: float = Field(
         default=5.0, gt=0, le=60, description="How often the LISTEN connection is checked."
     )

@@ -74,12 +74,18 @@ class AgentSessionStore(RunStore, WebhookTables, ScheduleStore, AccountStore, Ma
 
 
 def store_for(
-    engine: AsyncEngine, *, notify: bool = True, pgbouncer: bool | None = None, **options: Any
+    engine: AsyncEngine,
+    *,
+    notify: bool = True,
+    notify_interval: float = 0.005,
+    pgbouncer: bool | None = None,
+    **options: Any,
 ) -> AgentSessionStore:
     """The store for `engine`'s database.
 
     Args:
         notify: PostgreSQL: announce commits to other replicas with NOTIFY.
+        notify_interval: PostgreSQL: the least time between two NOTIFY sends, in seconds.
         pgbouncer: PostgreSQL: the URL is PgBouncer in transaction pooling mode (None: as
             `make_engine` marked the engine).
         options: `AgentSessionStore`'s limits, observer and redactor.
@@ -87,7 +93,9 @@ def store_for(
     if engine.dialect.name == "postgresql":
         from app.store.postgres.store import PostgresStore
 
-        return PostgresStore(engine, notify=notify, pgbouncer=pgbouncer, **options)
+        return PostgresStore(
+            engine, notify=notify, notify_interval=notify_interval, pgbouncer=pgbouncer, **options
+        )
     from app.store.sqlite.store import SqliteStore
 
     return SqliteStore(engine, **options)

@@ -77,13 +77,18 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         engine: AsyncEngine,
         *,
         notify: bool = True,
+        notify_interval: float = 0.005,
         pgbouncer: bool | None = None,
         **options: Any,
     ) -> None:
         # Behind PgBouncer in transaction pooling mode (None: as `make_engine` marked the
         # engine), statements sent with the bare driver must run in an explicit transaction.
         self.pgbouncer = behind_pgbouncer(engine) if pgbouncer is None else pgbouncer
-        notifier = Notifier(engine, in_transaction=self.pgbouncer) if notify else None
+        notifier = (
+            Notifier(engine, in_transaction=self.pgbouncer, min_interval=notify_interval)
+            if notify
+            else None
+        )
         super().__init__(engine, notifier=notifier, **options)
         self.functions = Functions(engine, in_transaction=self.pgbouncer)
         self.append_groups = AppendGroups(engine, in_transaction=self.pgbouncer)

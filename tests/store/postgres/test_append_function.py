@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.runtime.errors import SeqConflict, SessionNotFound
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES
+from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup
 from app.store.store import AgentSessionStore, store_for
 from app.store.tables import session_events
 from tests import pgbouncer
@@ -112,6 +113,35 @@ async def test_a_store_built_with_notify_off_sends_none(
         await store.create_session(tenant.tenant_id, session=new("quiet"), events=[])
         await store.append_events(tenant.tenant_id, "quiet", events=[step(1)])
         await asyncio.sleep(0.3)
+        assert heard.empty()
+    finally:
+        await conn.close()
+        await engine.dispose()
+
+
+async def test_wake_ups_under_load_are_coalesced_and_spaced_by_the_interval(
+    pg_direct: None, settings: Settings, tenant: TenantKey, database_url: str
+) -> None:
+    """The first wake-up after a quiet spell goes at once; those posted while it is sent
+    wait for the interval and go out together, one per session at its highest seq."""
+    interval = 0.3
+    engine = make_engine(settings)
+    store = store_for(engine, notify_interval=interval)
+    notifier = store.announcer.notifier
+    assert notifier is not None
+    t = tenant.tenant_id
+    conn, heard = await _listener(database_url)
+    try:
+        started = time.monotonic()
+        notifier.post([Wakeup(t, "a", 1)])
+        await asyncio.sleep(0)  # one step of the send's task: it has taken its batch
+        assert not notifier._pending
+        notifier.post([Wakeup(t, "a", 2), Wakeup(t, "b", 7), Wakeup(t, "a", 3)])
+        first = await asyncio.wait_for(heard.get(), 5)
+        rest = sorted([await asyncio.wait_for(heard.get(), 5) for _ in range(2)])
+        assert time.monotonic() - started >= interval  # the second send waited
+        assert [first, *rest] == [f"{t}:a:1", f"{t}:a:3", f"{t}:b:7"]
+        await notifier.flush()
         assert heard.empty()
     finally:
         await conn.close()
