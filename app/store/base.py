@@ -6,6 +6,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -185,15 +186,13 @@ def event_from_row(row: Row[Any]) -> Event:
     return event_from_mapping(row._mapping)
 
 
+# Event's fields in its constructor's order: they are session_events' columns of the same
+# names, so reads need no list of their own (a new event column is a field of Event).
+EVENT_FIELDS = tuple(f.name for f in fields(Event))
+_CREATED_AT = EVENT_FIELDS.index("created_at")
+
+
 def event_from_mapping(m: Any) -> Event:
-    return Event(
-        event_id=m["event_id"],
-        session_id=m["session_id"],
-        seq=m["seq"],
-        type=m["type"],
-        payload=m["payload"],
-        created_at=as_utc(m["created_at"]),
-        run_id=m["run_id"],
-        turn_id=m["turn_id"],
-        position=m["position"],
-    )
+    values = [m[name] for name in EVENT_FIELDS]
+    values[_CREATED_AT] = as_utc(values[_CREATED_AT])
+    return Event(*values)

@@ -26,7 +26,7 @@ from app.runtime.ports import SessionLoad, SessionRecord, SnapshotRecord
 from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.redaction import Redactor
 from app.runtime.session.state import state_hash
-from app.store.base import as_utc, session_from_row, utcnow
+from app.store.base import EVENT_FIELDS, as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
 from app.store.tables import runs, session_events, session_snapshots, sessions
 
@@ -35,20 +35,7 @@ _GET_SESSION = select(sessions).where(
 )
 
 # Event's fields, in the order of its constructor's positional arguments.
-_EVENT_COLUMNS = tuple(
-    session_events.c[name]
-    for name in (
-        "event_id",
-        "session_id",
-        "seq",
-        "type",
-        "payload",
-        "created_at",
-        "run_id",
-        "turn_id",
-        "position",
-    )
-)
+_EVENT_COLUMNS = tuple(session_events.c[name] for name in EVENT_FIELDS)
 
 
 EVENT_COLUMN_LIST = ", ".join(c.name for c in _EVENT_COLUMNS)

@@ -17,7 +17,7 @@ import functools
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -66,17 +66,21 @@ APPEND_PARAMS = (
 APPEND_EVENTS = named_call("asr_append_events", APPEND_PARAMS)
 
 
+# NewEvent's fields that go to their columns as they are: every one but the type and the
+# payload (which `EventArrays.of` encodes itself). A new event column is a field of
+# NewEvent and a line in insert_events.sql; nothing here.
+_PLAIN_FIELDS = tuple(f.name for f in fields(NewEvent) if f.name not in ("type", "payload"))
+
+
 @dataclass(frozen=True, slots=True)
 class EventArrays:
-    """Events as the functions take them: one JSON array (`p_events`) of
-    {id, type, run_id, turn_id, payload}, read by `asr_insert_events` alone. Payloads are
-    JSON text encoded once (redacted and size-checked by the caller's funnel) and spliced in,
-    not encoded again. A new event column is a key here and a line in insert_events.sql."""
+    """Events as the functions take them: one JSON array (`p_events`) of objects with the
+    event's id, type and payload and NewEvent's other fields by name, read by
+    `asr_insert_events` alone. Payloads are JSON text encoded once (redacted and
+    size-checked by the caller's funnel) and spliced in, not encoded again."""
 
     ids: list[str]
-    types: list[str]
-    run_ids: list[str | None]
-    turn_ids: list[str | None]
+    events: list[NewEvent]
     clean: list[dict[str, Any]]  # the payloads as stored (redacted), for the Events
     text: str  # the JSON array
 
@@ -86,22 +90,15 @@ class EventArrays:
     ) -> EventArrays:
         ids = [str(uuid.uuid4()) for _ in events]
         clean, parts = [], []
+        dumps = json.dumps
         for event_id, e in zip(ids, events, strict=True):
             value, payload = persistable(e.payload)
             clean.append(value)
+            plain = "".join(f',"{name}":{dumps(getattr(e, name))}' for name in _PLAIN_FIELDS)
             parts.append(
-                f'{{"id":"{event_id}","type":{json.dumps(str(e.type))},'
-                f'"run_id":{json.dumps(e.run_id)},"turn_id":{json.dumps(e.turn_id)},'
-                f'"payload":{payload}}}'
+                f'{{"id":"{event_id}","type":{dumps(str(e.type))}{plain},"payload":{payload}}}'
             )
-        return cls(
-            ids=ids,
-            types=[str(e.type) for e in events],
-            run_ids=[e.run_id for e in events],
-            turn_ids=[e.turn_id for e in events],
-            clean=clean,
-            text=f"[{','.join(parts)}]",
-        )
+        return cls(ids=ids, events=events, clean=clean, text=f"[{','.join(parts)}]")
 
     def params(self) -> dict[str, Any]:
         """The events as the functions' named parameter."""
@@ -112,18 +109,8 @@ class EventArrays:
     ) -> list[Event]:
         """The events as committed with seqs `first`, `first`+1, ...."""
         return [
-            Event(
-                event_id=self.ids[i],
-                session_id=session_id,
-                seq=first + i,
-                type=self.types[i],
-                payload=self.clean[i],
-                created_at=now,
-                run_id=self.run_ids[i],
-                turn_id=self.turn_ids[i],
-                position=positions[i],
-            )
-            for i in range(len(self.ids))
+            e.stored(self.ids[i], session_id, first + i, self.clean[i], now, positions[i])
+            for i, e in enumerate(self.events)
         ]
 
 

@@ -21,6 +21,7 @@ import functools
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
+from operator import attrgetter
 from types import SimpleNamespace
 from typing import Any, ClassVar, cast
 
@@ -63,6 +64,7 @@ from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store import json_text
 from app.store.base import (
     APPENDED,
+    EVENT_FIELDS,
     event_from_row,
     note_appended,
     session_from_row,
@@ -98,10 +100,16 @@ _POSITION_COUNTER = "event_position"
 # most of an append's CPU. They store what SQLAlchemy's types store (JSON text, the
 # DATETIME text of `sqlite_time`), so every other read and write sees the same rows.
 _SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
+# An event row is its tenant and its Event's fields (EVENT_FIELDS, the columns of the same
+# names), the payload as JSON text and the time as `sqlite_time`'s text: a new event column
+# (a field of Event) needs nothing here.
 _INSERT_EVENT_ROW = (
-    "INSERT INTO session_events (tenant_id, session_id, seq, event_id, type, run_id, turn_id,"
-    " payload, created_at, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO session_events (tenant_id, {EVENT_COLUMN_LIST})"
+    f" VALUES ({', '.join('?' * (1 + len(EVENT_FIELDS)))})"
 )
+_EVENT_VALUES = attrgetter(*EVENT_FIELDS)
+_PAYLOAD = EVENT_FIELDS.index("payload")
+_CREATED_AT = EVENT_FIELDS.index("created_at")
 _RESERVE_POSITIONS = (
     "INSERT INTO counters (name, value) VALUES (?1, ?2)"
     " ON CONFLICT (name) DO UPDATE SET value = value + ?2 RETURNING value"
@@ -386,36 +394,19 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         top = await self._reserve_positions(conn, len(events))
         first_position = top - len(events) + 1
         written: list[Event] = []
-        rows: list[tuple[Any, ...]] = []
+        rows: list[list[Any]] = []
         for i, e in enumerate(events):
             # The JSON text the size check measured is the text stored: encoded once.
             clean, text = self._persistable_json(e.payload)
-            event = Event(
-                str(uuid.uuid4()),
-                session.session_id,
-                first_seq + i,
-                str(e.type),
-                clean,
-                now,
-                e.run_id,
-                e.turn_id,
+            event = e.stored(
+                str(uuid.uuid4()), session.session_id, first_seq + i, clean, now,
                 first_position + i,
-            )
+            )  # fmt: skip
             written.append(event)
-            rows.append(
-                (
-                    session.tenant_id,
-                    event.session_id,
-                    event.seq,
-                    event.event_id,
-                    event.type,
-                    event.run_id,
-                    event.turn_id,
-                    text,
-                    stamp,
-                    event.position,
-                )
-            )
+            values = [session.tenant_id, *_EVENT_VALUES(event)]
+            values[1 + _PAYLOAD] = text
+            values[1 + _CREATED_AT] = stamp
+            rows.append(values)
         driver(conn).executemany(_INSERT_EVENT_ROW, rows)
         # Announced after the commit with the events as written: the bus hands them on.
         self.touch(conn, session.tenant_id, session.session_id, session.last_seq, written)
@@ -485,10 +476,13 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         async with driver.execute(sql, args) as cursor:
             rows = await cursor.fetchall()
         loads, parse = json_text.loads, datetime.fromisoformat
-        return [
-            Event(e, s, q, t, loads(p), parse(c).replace(tzinfo=UTC), r, u, n)
-            for e, s, q, t, p, c, r, u, n in rows
-        ]
+        events = []
+        for row in rows:
+            values = list(row)
+            values[_PAYLOAD] = loads(values[_PAYLOAD])
+            values[_CREATED_AT] = parse(values[_CREATED_AT]).replace(tzinfo=UTC)
+            events.append(Event(*values))
+        return events
 
     async def list_tenant_events(
         self,
@@ -612,35 +606,18 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         self.touch(conn, tenant_id, child.session_id, child.last_seq)
         src = session_events.c
         base = await self._reserve_positions(conn, at_seq) - at_seq
-        columns = [
-            "tenant_id",
-            "session_id",
-            "seq",
-            "event_id",
-            "xact_id",
-            "type",
-            "run_id",
-            "turn_id",
-            "payload",
-            "created_at",
-            "position",
-        ]
+        # Every column is copied as it is (a new one too), but these.
+        new_values: dict[str, Any] = {
+            "session_id": literal(child.session_id),
+            # A version-4 UUID made in SQL: a Python function (asr_uuid4) called back once
+            # per copied row was a fifth of a large fork.
+            "event_id": literal_column(_UUID4_SQL),
+            "xact_id": literal(None, BigInteger),
+            "position": literal(base, BigInteger) + src.seq,
+        }
+        columns = [c.name for c in src]
         query = (
-            select(
-                src.tenant_id,
-                literal(child.session_id),
-                src.seq,
-                # A version-4 UUID made in SQL: a Python function (asr_uuid4) called back
-                # once per copied row was a fifth of a large fork.
-                literal_column(_UUID4_SQL),
-                literal(None, BigInteger),
-                src.type,
-                src.run_id,
-                src.turn_id,
-                src.payload,
-                src.created_at,
-                literal(base, BigInteger) + src.seq,
-            )
+            select(*(new_values.get(name, src[name]) for name in columns))
             .where(src.tenant_id == tenant_id, src.session_id == source_id, src.seq <= at_seq)
             .order_by(src.seq)
         )

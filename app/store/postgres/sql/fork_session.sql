@@ -51,18 +51,9 @@ BEGIN
         RAISE EXCEPTION 'session % exists', p_session USING ERRCODE = 'AS008';
     END IF;
     o_xact_id := pg_current_xact_id()::text::bigint;
-    INSERT INTO session_events (
-        tenant_id, session_id, seq, event_id, xact_id, type, run_id, turn_id, payload,
-        created_at
-    )
-    SELECT e.tenant_id, p_session, e.seq, gen_random_uuid()::text, o_xact_id, e.type,
-           e.run_id, e.turn_id, e.payload, e.created_at
-      FROM session_events AS e
-     WHERE e.tenant_id = p_tenant AND e.session_id = p_source AND e.seq <= p_at_seq
-     ORDER BY e.seq;
     o_positions := asr_insert_events(
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
-        p_events
+        p_events, p_copy_from => p_source, p_copy_upto => p_at_seq
     );
     INSERT INTO session_snapshots (tenant_id, session_id, seq, kind, state, state_hash, created_at)
     SELECT p.tenant_id, p_session, p.seq, 'fork', p.state, p.state_hash, p_now
