@@ -7,6 +7,10 @@ PostgreSQL. `asr_insert_events` now takes the session to copy from (`p_copy_from
 one PostgreSQL source that lists them. The signature changed, so the old function is
 dropped before the sources are installed.
 
+The writers also call `asr_insert_snapshot` and `asr_seal_idempotency` only when there is a
+snapshot or a key to record: a PL/pgSQL call that returns at once still cost several
+microseconds of an append's server time, and `jsonb_build_object` was built for nothing.
+
 Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-05

@@ -108,17 +108,21 @@ BEGIN
         p_tenant, p_session, s.last_seq, v_xact, p_now,
         p_events
     );
-    PERFORM asr_insert_snapshot(
-        p_tenant, p_session, s.last_seq, p_snapshot_kind, p_snapshot_state, p_snapshot_hash,
-        p_now
-    );
-    PERFORM asr_seal_idempotency(
-        p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
-        jsonb_build_object(
-            'session_id', p_session, 'first_seq', v_first, 'last_seq', s.last_seq,
-            'version', s.version
-        )
-    );
+    IF p_snapshot_kind IS NOT NULL THEN
+        PERFORM asr_insert_snapshot(
+            p_tenant, p_session, s.last_seq, p_snapshot_kind, p_snapshot_state, p_snapshot_hash,
+            p_now
+        );
+    END IF;
+    IF p_idem_key IS NOT NULL THEN
+        PERFORM asr_seal_idempotency(
+            p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
+            jsonb_build_object(
+                'session_id', p_session, 'first_seq', v_first, 'last_seq', s.last_seq,
+                'version', s.version
+            )
+        );
+    END IF;
 
     RETURN QUERY SELECT true, v_first, s.tenant_id, s.session_id, s.root_session_id,
         s.parent_session_id, s.forked_from_seq, s.status, s.metadata, s.agent, s.binding,

@@ -44,14 +44,18 @@ BEGIN
         p_tenant, p_session, n, o_xact_id, p_now,
         p_events
     );
-    PERFORM asr_insert_snapshot(
-        p_tenant, p_session, n, p_snapshot_kind, p_snapshot_state, p_snapshot_hash, p_now
-    );
-    PERFORM asr_seal_idempotency(
-        p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
-        jsonb_build_object(
-            'session_id', p_session, 'first_seq', 1, 'last_seq', n, 'version', 1
-        )
-    );
+    IF p_snapshot_kind IS NOT NULL THEN
+        PERFORM asr_insert_snapshot(
+            p_tenant, p_session, n, p_snapshot_kind, p_snapshot_state, p_snapshot_hash, p_now
+        );
+    END IF;
+    IF p_idem_key IS NOT NULL THEN
+        PERFORM asr_seal_idempotency(
+            p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
+            jsonb_build_object(
+                'session_id', p_session, 'first_seq', 1, 'last_seq', n, 'version', 1
+            )
+        );
+    END IF;
 END
 $fn$;

@@ -61,12 +61,14 @@ BEGIN
      WHERE p.tenant_id = p_tenant AND p.session_id = p_source AND p.seq <= p_at_seq
      ORDER BY p.seq DESC
      LIMIT 1;
-    PERFORM asr_seal_idempotency(
-        p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
-        jsonb_build_object(
-            'session_id', p_session, 'first_seq', p_at_seq + 1,
-            'last_seq', o_session.last_seq, 'version', 1
-        )
-    );
+    IF p_idem_key IS NOT NULL THEN
+        PERFORM asr_seal_idempotency(
+            p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
+            jsonb_build_object(
+                'session_id', p_session, 'first_seq', p_at_seq + 1,
+                'last_seq', o_session.last_seq, 'version', 1
+            )
+        );
+    END IF;
 END
 $fn$;

@@ -62,12 +62,14 @@ BEGIN
         p_tenant, p_session, o_session.last_seq, o_xact_id, p_now,
         p_events
     );
-    PERFORM asr_seal_idempotency(
-        p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
-        jsonb_build_object(
-            'session_id', p_session, 'first_seq', o_session.last_seq - n + 1,
-            'last_seq', o_session.last_seq, 'version', o_session.version, 'run_id', p_run
-        )
-    );
+    IF p_idem_key IS NOT NULL THEN
+        PERFORM asr_seal_idempotency(
+            p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
+            jsonb_build_object(
+                'session_id', p_session, 'first_seq', o_session.last_seq - n + 1,
+                'last_seq', o_session.last_seq, 'version', o_session.version, 'run_id', p_run
+            )
+        );
+    END IF;
 END
 $fn$;
