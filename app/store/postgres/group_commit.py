@@ -3,7 +3,9 @@
 With many writers, each append's own commit (and its WAL flush, and its round trip) is what
 the database spends its time on. An append that finds fewer than `max_inflight` calls in
 flight and nobody queued goes alone, at once, exactly as before (`asr_append_events`): a
-lone writer never waits. Otherwise it queues, and the next call to finish takes everything
+lone writer never waits (two calls in flight, not more: with 16 writers, more singles
+in flight meant more commits and fewer shared ones, and less throughput on the 2-core
+benchmark machine). Otherwise it queues, and the next call to finish takes everything
 queued (up to `max_batch`) into one `asr_append_batch` (migration 0007): every item is the
 same conditional append, applied in (tenant, session, arrival) order, and each caller gets
 its own row back — so results, refusals and errors are per append, as if alone. Each
@@ -54,7 +56,7 @@ class AppendGroups:
         engine: AsyncEngine,
         *,
         in_transaction: bool,
-        max_inflight: int = 4,
+        max_inflight: int = 2,
         max_batch: int = 64,
     ) -> None:
         self.engine = engine

@@ -79,7 +79,7 @@ async def test_concurrent_appends_are_batched_gapless_and_in_order(
         results = await asyncio.gather(*(writer(w) for w in range(16)))
     finally:
         del pg.append_groups._batch
-    assert calls > 0  # 16 writers on a limit of 4 calls in flight: some appends shared one
+    assert calls > 0  # 16 writers on a limit of 2 calls in flight: some appends shared one
     for k, (tenant_id, sid) in enumerate(sessions):
         mine = sorted(s for w, seqs in enumerate(results) if w % len(sessions) == k for s in seqs)
         assert mine == list(range(1, len(mine) + 1))  # every seq once, no gap
@@ -181,7 +181,10 @@ async def test_a_failing_batch_is_retried_item_by_item(
 
     groups._single = held  # type: ignore[method-assign]
     try:
-        blockers = [asyncio.create_task(groups.append(args(good, "{}"))) for _ in range(4)]
+        blockers = [
+            asyncio.create_task(groups.append(args(good, "{}")))
+            for _ in range(groups.max_inflight)
+        ]
         await asyncio.sleep(0.05)
         queued = [
             asyncio.create_task(groups.append(args(good, '{"ok": 1}'))),
@@ -197,7 +200,7 @@ async def test_a_failing_batch_is_retried_item_by_item(
     assert isinstance(broken, DBAPIError)
     assert first["appended"] and third["appended"]
     session = await pg.get_session(t, good)
-    assert session is not None and session.last_seq == 6
+    assert session is not None and session.last_seq == groups.max_inflight + 2
     assert (await pg.get_session(t, bad)).last_seq == 0  # type: ignore[union-attr]
 
 
