@@ -187,7 +187,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             control=bus,
         )
         app.state.runs = runs
-        app.state.run_streams = RunStreams(bus, runtime, settings, app.state.shutdown_event)
+        app.state.run_streams = RunStreams(
+            bus, runtime, settings, app.state.shutdown_event, known=runs.start_events
+        )
         delegator.attach(runs)
         scheduler = Scheduler(
             store,

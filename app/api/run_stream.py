@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 from app.api.sse import Batch, StreamEnd, replay_then_live, run_timeline, session_frames
@@ -54,6 +54,8 @@ class RunFollow:
         if head is not None:
             self._subscribe(head)
         self._after = (run.first_seq - 1) if run.first_seq else head
+        # The start's events, when this process just committed them: not read back.
+        self._known = streams.known(tenant_id, run) if self._sub is not None else ()
         watcher = asyncio.get_running_loop().create_task(self._stop_on_shutdown())
         self._stack.callback(watcher.cancel)
         self.items = self._items()
@@ -94,7 +96,12 @@ class RunFollow:
 
         timeline = run_timeline(
             replay_then_live(
-                self._subscription, read_after, after_seq=self._after or 0, types=None, batch=batch
+                self._subscription,
+                read_after,
+                after_seq=self._after or 0,
+                types=None,
+                batch=batch,
+                known=self._known,
             ),
             run_id=run.run_id,
         )
@@ -118,11 +125,15 @@ class RunStreams:
         runtime: SessionRuntime,
         settings: Settings,
         shutdown_event: asyncio.Event,
+        *,
+        known: Callable[[str, RunRecord], Sequence[Event]] = lambda _tenant, _run: (),
     ) -> None:
         self.bus = bus
         self.runtime = runtime
         self.settings = settings
         self.shutdown_event = shutdown_event
+        # The events of a run's start this process committed (`RunManager.start_events`).
+        self.known = known
 
     def follow(self, tenant_id: str, run: RunRecord, *, deltas: bool) -> RunFollow:
         """Subscribe to the run now (call it before awaiting anything after its start)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -68,6 +68,7 @@ async def replay_then_live(
     types: frozenset[str] | None,
     batch: int,
     handoff_delay: float = 0.0,
+    known: Sequence[Event] = (),
 ) -> AsyncGenerator[Batch | StreamEnd, None]:
     """A session's events after `after_seq`, then live, with no gap and no duplicate.
 
@@ -76,6 +77,9 @@ async def replay_then_live(
     live events only above the last seq handed on. `read_after(seq)` returns up to `batch`
     events after seq (already filtered by `types`). `handoff_delay` is the R9 fault point.
 
+    `known`: the committed events from after `after_seq` up to the head the subscription
+    was taken at (a run's start, for a stream opened with it), which replace the replay.
+
     Yields batches in order: whatever was ready together, so that a stream under load
     sends several frames per write instead of one.
     """
@@ -83,7 +87,16 @@ async def replay_then_live(
     with subscribe() as sub:
         if handoff_delay:
             await asyncio.sleep(handoff_delay)
-        while True:
+        if known:
+            last = known[-1].seq
+            first: Batch = [
+                Delivery(e)
+                for e in known
+                if e.seq > after_seq and (types is None or e.type in types)
+            ]
+            if first:
+                yield first
+        while not known:
             if sub.overflowed:  # dropped live items are all in the table: read them again
                 sub.reset()
             events = await read_whole(read_after(last))

@@ -267,3 +267,43 @@ async def test_closing_ends_the_stream_with_its_resume_point(
         with suppress(StopAsyncIteration):
             await anext(items)  # the merge returns after its end marker
     assert bus.stats()["subscriptions"] == 0
+
+
+async def test_known_events_replace_the_replay_read(
+    store: AgentSessionStore, bus: EventBus, tenant: TenantKey
+) -> None:
+    """A run's stream opened with its start has the start's committed events in hand: they
+    are sent as they are, nothing is read from the table, and live events follow."""
+    sid = await new_session(store, tenant)
+    start = await store.append_events(
+        tenant.tenant_id, sid, events=[item_event("a"), item_event("b")]
+    )  # seqs 2..3
+    reads: list[int] = []
+
+    async def read_after(seq: int) -> list[Event]:
+        reads.append(seq)
+        return await store.list_events(tenant.tenant_id, sid, after_seq=seq)
+
+    items = one_by_one(
+        replay_then_live(
+            lambda: bus.subscribe(tenant.tenant_id, sid, head=3),
+            read_after,
+            after_seq=1,
+            types=None,
+            batch=50,
+            known=start.events,
+        )
+    )
+    got: list[int] = []
+    async with asyncio.timeout(5):
+        for _ in range(2):
+            item = await anext(items)
+            assert isinstance(item, Delivery)
+            got.append(item.event.seq)
+        await append(store, tenant, sid)  # seq 4, live
+        item = await anext(items)
+        assert isinstance(item, Delivery)
+        got.append(item.event.seq)
+    await items.aclose()
+    assert got == [2, 3, 4]
+    assert reads == []

@@ -25,7 +25,7 @@ from app.runtime.runs.lease import Lease
 from app.runtime.runs.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.runs.plan import RunPlanner
 from app.runtime.session import event_payloads as ev
-from app.runtime.session.events import NewEvent
+from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.projector import fold
 from app.runtime.session.redaction import Redactor
 from app.runtime.session.service import Loaded, SessionRuntime
@@ -50,6 +50,9 @@ class LiveRun:
     # the loop never re-reads what it just wrote; None when unknown (then it is read).
     state: SessionState | None = None
     session: SessionRecord | None = None  # the session row as the newest write left it
+    # The events the start committed (first_seq .. the run's last_seq then), for a stream
+    # of the run opened at once: it sends them without reading them back.
+    first_events: tuple[Event, ...] = ()
 
 
 class RunExecutor:

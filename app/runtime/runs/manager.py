@@ -43,7 +43,7 @@ from app.runtime.runs.lease import Lease
 from app.runtime.runs.loop import RunOptions, StopReason
 from app.runtime.runs.plan import RunPlanner, RunRequest, start_events
 from app.runtime.runs.takeover import Sweeper, close_fenced
-from app.runtime.session.events import NewEvent
+from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.redaction import Redactor
 from app.runtime.session.service import Loaded, SessionRuntime
 from app.runtime.tools.registry import ToolRegistry
@@ -163,6 +163,7 @@ class RunManager:
         live = LiveRun(run=record)
         if started is not None:
             self.executor.carry(live, started, loaded.state)
+            live.first_events = tuple(started.events)
         self._live[record.run_id] = live
         live.task = asyncio.create_task(
             self._execute(
@@ -259,6 +260,18 @@ class RunManager:
             self._live.pop(run.run_id, None)
 
     # ------------------------------------------------------------------ reading
+
+    def start_events(self, tenant_id: str, run: RunRecord) -> tuple[Event, ...]:
+        """The events `run`'s start committed, when this process started it and they are
+        exactly the run's events so far (first_seq .. last_seq as `run` has them); else ().
+        A stream of the run opened right after its start sends these without a read."""
+        live = self._live.get(run.run_id)
+        if live is None or live.run.tenant_id != tenant_id or not live.first_events:
+            return ()
+        events = live.first_events
+        if events[0].seq > (run.first_seq or 0) or events[-1].seq != run.last_seq:
+            return ()
+        return events
 
     async def wait(
         self, tenant_id: str, run_id: str, within_seconds: float | None = None
