@@ -14,7 +14,7 @@ wake-ups wait and go out together in the next, one per session with the highest 
 sends are at least `min_interval` apart: a wake-up after a quiet spell goes at once, one
 under load waits at most that long. Each NOTIFY is a transaction of its own on the
 database, and one per commit cost about as much database CPU as the append it announced
-(16 writers: 0.58x of the raw insert loop; one NOTIFY per 5 ms: 0.7x). If
+(16 writers: 0.58x of the raw insert loop; one NOTIFY per 5 ms at most: 0.6-0.75x). If
 the process dies between a commit and its NOTIFY, other replicas see those events at
 their next poll (the bus polls as a fallback); this replica's own listeners were already
 called.
