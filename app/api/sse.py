@@ -96,7 +96,7 @@ async def replay_then_live(
             ]
             if first:
                 yield first
-        while not known:
+        while not known:  # the replay, unless the events after the cursor are in hand
             if sub.overflowed:  # dropped live items are all in the table: read them again
                 sub.reset()
             events = await read_whole(read_after(last))

@@ -34,11 +34,8 @@ _GET_SESSION = select(sessions).where(
     sessions.c.tenant_id == bindparam("g_tenant"), sessions.c.session_id == bindparam("g_session")
 )
 
-# Event's fields, in the order of its constructor's positional arguments.
-_EVENT_COLUMNS = tuple(session_events.c[name] for name in EVENT_FIELDS)
-
-
-EVENT_COLUMN_LIST = ", ".join(c.name for c in _EVENT_COLUMNS)
+# Event's fields are session_events' columns of the same names, in its constructor's order.
+EVENT_COLUMN_LIST = ", ".join(session_events.c[name].name for name in EVENT_FIELDS)
 
 
 class LedgerStore(IdempotencyStore):

@@ -46,6 +46,8 @@ log = logging.getLogger("app.store.notify")
 CHANNEL = "asr_events"
 CONTROL_CHANNEL = "asr_control"
 MAX_PAYLOAD_BYTES = 200  # PostgreSQL allows 8000; a wake-up needs far less
+# The least time between two sends of wake-ups (ASR_SSE_NOTIFY_INTERVAL_MS), in seconds.
+NOTIFY_INTERVAL = 0.005
 _TOUCHED = "asr_touched_sessions"
 # One statement for a batch; the transaction is a notification only, so it commits without
 # waiting for a WAL flush (synchronous_commit off for it alone): durability is the events'.
@@ -114,7 +116,7 @@ class Notifier:
     """Sends committed wake-ups as NOTIFYs, coalesced, one send at a time (PostgreSQL)."""
 
     def __init__(
-        self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = 0.005
+        self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = NOTIFY_INTERVAL
     ) -> None:
         self.engine = engine
         self.in_transaction = in_transaction

@@ -20,7 +20,7 @@ from app.runtime.session.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.base import NO_TENANT
 from app.store.maintenance import MaintenanceStore
-from app.store.notify import Notifier
+from app.store.notify import NOTIFY_INTERVAL, Notifier
 from app.store.runs import RunStore
 from app.store.schedules import ScheduleStore
 from app.store.webhooks import WebhookTables
@@ -77,7 +77,7 @@ def store_for(
     engine: AsyncEngine,
     *,
     notify: bool = True,
-    notify_interval: float = 0.005,
+    notify_interval: float = NOTIFY_INTERVAL,
     pgbouncer: bool | None = None,
     **options: Any,
 ) -> AgentSessionStore:

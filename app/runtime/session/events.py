@@ -69,7 +69,7 @@ class NewEvent:
         """The Event this becomes once written with what the store gave it (`payload` is
         the payload as stored, i.e. redacted). Every field of the runtime's own passes
         through here, so a new event column is one more line here and nowhere in the
-        stores' Python (see docs/ARCHITECTURE.md, "Adding an event column")."""
+        stores' Python (see docs/ARCHITECTURE.md, "Add an event column")."""
         return Event(
             event_id,
             session_id,

@@ -46,7 +46,7 @@ from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store.base import event_from_mapping, event_from_row, session_from_mapping, utcnow
 from app.store.engine import behind_pgbouncer
 from app.store.ledger import EVENT_COLUMN_LIST
-from app.store.notify import Notifier
+from app.store.notify import NOTIFY_INTERVAL, Notifier
 from app.store.postgres.calls import EventArrays, Functions, Refused, refusal
 from app.store.postgres.cross_tenant import PostgresCrossTenant
 from app.store.postgres.group_commit import AppendGroups
@@ -77,7 +77,7 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         engine: AsyncEngine,
         *,
         notify: bool = True,
-        notify_interval: float = 0.005,
+        notify_interval: float = NOTIFY_INTERVAL,
         pgbouncer: bool | None = None,
         **options: Any,
     ) -> None:
