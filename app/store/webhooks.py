@@ -1,10 +1,11 @@
 """Webhook subscriptions and the delivery log, shared by both backends.
 
-The outbox rows are not written here: a trigger on `session_events` writes them in the
-transaction of the events (migration 0010), so no writer of events changes and none can
-forget. What is here runs in the tenant's own transactions: managing subscriptions, reading
-the log, redelivering, and the deliverer's read and settle of an attempt it claimed. The
-claim itself spans tenants and is each backend's `CrossTenantStore.claim_webhook_deliveries`.
+The outbox rows are not written here: the database writes them in the transaction of the
+events (PostgreSQL: `asr_insert_events`, the one function that inserts events, migration
+0015; SQLite: a trigger on `session_events`, migration 0010), so no writer can forget. What
+is here runs in the tenant's own transactions: managing subscriptions, reading the log,
+redelivering, and the deliverer's read and settle of an attempt it claimed. The claim itself
+spans tenants and is each backend's `CrossTenantStore.claim_webhook_deliveries`.
 """
 
 from __future__ import annotations

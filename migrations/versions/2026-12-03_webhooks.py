@@ -7,9 +7,10 @@ row per (active subscription, matching event) in the transaction that inserts th
 a delivery commits exactly when its event does, whichever writer inserted it, and the
 writers themselves are untouched:
 
-- PostgreSQL: a statement-level AFTER INSERT trigger with a transition table
-  (`asr_webhook_outbox`, app/store/postgres/sql/webhook_outbox.sql), which returns after
-  one index probe when the tenant has no active subscription;
+- PostgreSQL: a statement-level AFTER INSERT trigger with a transition table, which returned
+  after one index probe when the tenant had no active subscription; since migration 0015
+  `asr_insert_events` calls `asr_webhook_outbox` (app/store/postgres/sql/webhook_outbox.sql)
+  after that same probe instead, and this migration no longer makes the trigger;
 - SQLite: an AFTER INSERT row trigger whose WHEN clause is that same probe.
 
 PostgreSQL: both tables get the tenant wall (FORCE ROW LEVEL SECURITY), and the deliverers'
@@ -42,13 +43,12 @@ CROSS_TENANT_POLICIES = (
     ("webhook_deliveries", "SELECT"),
     ("webhook_deliveries", "UPDATE"),
 )
-_FUNCTIONS = ("asr_webhook_claim(text, integer, integer)", "asr_webhook_outbox()")
-
-_PG_TRIGGER = (
-    "CREATE TRIGGER webhook_outbox AFTER INSERT ON session_events"
-    " REFERENCING NEW TABLE AS asr_new_events"
-    " FOR EACH STATEMENT EXECUTE FUNCTION asr_webhook_outbox()"
+_FUNCTIONS = (
+    "asr_webhook_claim(text, integer, integer)",
+    "asr_webhook_outbox()",
+    "asr_webhook_outbox(text, text, bigint, bigint)",
 )
+
 # SQLite: `->>` with a label reads that key of the metadata object (3.38+); json_each's
 # value and `->>` agree on SQL values (text, integer, real; true is 1).
 _SQLITE_TRIGGER = """
@@ -177,8 +177,10 @@ def upgrade() -> None:
             f"CREATE POLICY cross_tenant_{command.lower()} ON {table} FOR {command}"
             f" TO CURRENT_USER USING ({_CROSS_TENANT_ON})"
         )
+    # `install` puts in head's sources, whose `asr_insert_events` fills the outbox itself
+    # (migration 0015, which also drops the trigger this migration made before it). The
+    # trigger is made here no more: with head's sources it would fill the outbox twice.
     install(op.execute)
-    op.execute(_PG_TRIGGER)
 
 
 def downgrade() -> None:

@@ -1,8 +1,9 @@
 """The webhook records and what the webhook verbs need from the store.
 
-The outbox rows themselves are written by database triggers (migration 0010), not by the
-runtime: the store's part here is managing subscriptions, reading the delivery log, and the
-deliverer's claim, read and settle.
+The outbox rows themselves are written in the database (PostgreSQL: `asr_insert_events`,
+migration 0015; SQLite: a trigger, migration 0010), not by the runtime: the store's part
+here is managing subscriptions, reading the delivery log, and the deliverer's claim, read
+and settle.
 """
 
 from __future__ import annotations

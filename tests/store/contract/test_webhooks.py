@@ -1,7 +1,8 @@
 """The webhook outbox and delivery log, on each backend (issue #20).
 
-The outbox rows come from the triggers of migration 0010, in the transaction of the events:
-these tests write events through the ordinary store writes and look at what the triggers
+The outbox rows come from the database (PostgreSQL: `asr_insert_events`, migration 0015;
+SQLite: the trigger of migration 0010), in the transaction of the events: these tests write
+events through the ordinary store writes and look at what the database
 left, including for a write that rolls back, a fork's copied prefix, and the filters.
 """
 

@@ -5,6 +5,8 @@
 -- first: that session's events 1..p_copy_upto, copied server-side with new ids (same seqs,
 -- payloads and times). A new event column is a line in each of the two INSERTs and a
 -- migration that installs this file.
+-- The webhook outbox is filled here too, for the events of `p_events` (never the copy), when
+-- the tenant has an active subscription: one index probe otherwise.
 -- Returns the positions of the events of `p_events` (not of the copy) in seq order.
 CREATE OR REPLACE FUNCTION asr_insert_events(
     p_tenant text, p_session text, p_last_seq bigint, p_xact bigint, p_now timestamptz,
@@ -44,6 +46,12 @@ BEGIN
         RETURNING e.seq, e.position
     )
     SELECT array_agg(i.position ORDER BY i.seq) INTO v_positions FROM inserted AS i;
+    IF EXISTS (
+        SELECT 1 FROM webhook_subscriptions AS w
+        WHERE w.tenant_id = p_tenant AND w.state = 'active'
+    ) THEN
+        PERFORM asr_webhook_outbox(p_tenant, p_session, p_last_seq - n + 1, p_last_seq);
+    END IF;
     RETURN v_positions;
 END
 $fn$;
