@@ -56,8 +56,8 @@ class RunFollow:
         self._after = (run.first_seq - 1) if run.first_seq else head
         # The start's events, when this process just committed them: not read back.
         self._known = streams.known(tenant_id, run) if self._sub is not None else ()
-        watcher = asyncio.get_running_loop().create_task(self._stop_on_shutdown())
-        self._stack.callback(watcher.cancel)
+        streams.stop_on_shutdown(self.stop)
+        self._stack.callback(streams.stops.discard, self.stop)
         self.items = self._items()
 
     def _subscribe(self, head: int) -> None:
@@ -67,11 +67,6 @@ class RunFollow:
         )
         self.stop.watch(sub)
         self._sub = sub
-
-    async def _stop_on_shutdown(self) -> None:
-        # The process is shutting down (SIGTERM, before the drain): `shutdown` frame, end.
-        await self._streams.shutdown_event.wait()
-        self.stop.set()
 
     @contextmanager
     def _subscription(self) -> Iterator[Subscription]:
@@ -134,6 +129,24 @@ class RunStreams:
         self.shutdown_event = shutdown_event
         # The events of a run's start this process committed (`RunManager.start_events`).
         self.known = known
+        # The open streams' stop switches, all set by one watcher when the process starts to
+        # shut down (SIGTERM, before the drain): each sends its `shutdown` frame and ends. One
+        # task for them all, not one per stream (a stream-mode run is often a few ms long).
+        self.stops: set[StreamStop] = set()
+        self._watcher: asyncio.Task[None] | None = None
+
+    def stop_on_shutdown(self, stop: StreamStop) -> None:
+        if self.shutdown_event.is_set():
+            stop.set()
+            return
+        self.stops.add(stop)
+        if self._watcher is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._stop_all())
+
+    async def _stop_all(self) -> None:
+        await self.shutdown_event.wait()
+        for stop in list(self.stops):
+            stop.set()
 
     def follow(self, tenant_id: str, run: RunRecord, *, deltas: bool) -> RunFollow:
         """Subscribe to the run now (call it before awaiting anything after its start)."""

@@ -9,6 +9,7 @@ collected, so it never depends on the generator's `finally` having run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import weakref
@@ -18,7 +19,7 @@ from typing import Any
 import anyio
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.runtime.errors import TooManyStreams
 from app.runtime.session.subscription import Subscription
@@ -126,6 +127,21 @@ class StreamResponse(EventSourceResponse):
             weakref.finalize(self, slot.release)
         if cleanup is not None:
             weakref.finalize(self, cleanup)
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        """sse-starlette's, timed by asyncio's own `timeout` rather than an anyio cancel scope:
+        this runs once per chunk, and the scope (with the loop lookup anyio makes for it) was
+        a visible share of a stream-mode run's CPU. asyncio's timeout tells its own expiry
+        from a cancellation of the task group's (it counts the task's cancel requests)."""
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                await send(message)
+        except TimeoutError:
+            self._send_interrupted = True
+            raise SendTimeoutError() from None
+        except BaseException:
+            self._send_interrupted = True
+            raise
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
