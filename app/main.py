@@ -51,7 +51,7 @@ from app.api.openapi import install_openapi, operation_id
 from app.api.problems import install_problem_handlers
 from app.api.revocation import StreamRevocationMiddleware
 from app.api.run_stream import RunStreams
-from app.api.sse_response import StreamSlots
+from app.api.sse_response import StreamShutdown, StreamSlots
 from app.logs import configure_logging
 from app.runtime.access.accounts import Accounts
 from app.runtime.access.revocation import RevocationWatch
@@ -187,9 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             control=bus,
         )
         app.state.runs = runs
-        app.state.run_streams = RunStreams(
-            bus, runtime, settings, app.state.shutdown_event, known=runs.start_events
-        )
+        app.state.run_streams = RunStreams(bus, runtime, settings, known=runs.start_events)
         delegator.attach(runs)
         scheduler = Scheduler(
             store,
@@ -251,6 +249,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.stream_tokens = _stream_tokens(settings)
     app.state.metrics = metrics
     app.state.shutdown_event = asyncio.Event()
+    app.state.stream_shutdown = StreamShutdown(app.state.shutdown_event)
     install_problem_handlers(app, outages=OUTAGES)
     if settings.otel_enabled:
         app.state.tracer_provider = configure_tracing(settings, app)

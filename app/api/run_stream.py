@@ -15,7 +15,6 @@ after the run's start: the run's task has not run yet, so no delta it publishes 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -56,8 +55,6 @@ class RunFollow:
         self._after = (run.first_seq - 1) if run.first_seq else head
         # The start's events, when this process just committed them: not read back.
         self._known = streams.known(tenant_id, run) if self._sub is not None else ()
-        streams.stop_on_shutdown(self.stop)
-        self._stack.callback(streams.stops.discard, self.stop)
         self.items = self._items()
 
     def _subscribe(self, head: int) -> None:
@@ -119,34 +116,14 @@ class RunStreams:
         bus: LiveBus,
         runtime: SessionRuntime,
         settings: Settings,
-        shutdown_event: asyncio.Event,
         *,
         known: Callable[[str, RunRecord], Sequence[Event]] = lambda _tenant, _run: (),
     ) -> None:
         self.bus = bus
         self.runtime = runtime
         self.settings = settings
-        self.shutdown_event = shutdown_event
         # The events of a run's start this process committed (`RunManager.start_events`).
         self.known = known
-        # The open streams' stop switches, all set by one watcher when the process starts to
-        # shut down (SIGTERM, before the drain): each sends its `shutdown` frame and ends. One
-        # task for them all, not one per stream (a stream-mode run is often a few ms long).
-        self.stops: set[StreamStop] = set()
-        self._watcher: asyncio.Task[None] | None = None
-
-    def stop_on_shutdown(self, stop: StreamStop) -> None:
-        if self.shutdown_event.is_set():
-            stop.set()
-            return
-        self.stops.add(stop)
-        if self._watcher is None:
-            self._watcher = asyncio.get_running_loop().create_task(self._stop_all())
-
-    async def _stop_all(self) -> None:
-        await self.shutdown_event.wait()
-        for stop in list(self.stops):
-            stop.set()
 
     def follow(self, tenant_id: str, run: RunRecord, *, deltas: bool) -> RunFollow:
         """Subscribe to the run now (call it before awaiting anything after its start)."""

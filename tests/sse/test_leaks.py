@@ -26,7 +26,7 @@ async def test_r13_open_and_abort_200_streams(
     for i in range(3):
         await append_item(http, sid, f"e{i}")
     path = f"/v1/sessions/{sid}/events/stream"
-    # Warm up: the first stream of a process starts sse-starlette's one shutdown watcher.
+    # Warm up: the first stream of a process starts its one shutdown watcher.
     async with http.stream("GET", path) as response:
         async with asyncio.timeout(5):
             await anext(f async for f in read_frames(response) if f.id is not None)
