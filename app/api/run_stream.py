@@ -55,6 +55,8 @@ class RunFollow:
         self._after = (run.first_seq - 1) if run.first_seq else head
         # The start's events, when this process just committed them: not read back.
         self._known = streams.known(tenant_id, run) if self._sub is not None else ()
+        # Then the stream's first batch is ready at once.
+        self.first_ready = bool(self._known)
         self.items = self._items()
 
     def _subscribe(self, head: int) -> None:
@@ -137,7 +139,10 @@ class RunStreams:
         follow = self.follow(tenant_id, run, deltas=deltas)
         try:
             frames = session_frames(
-                follow.items, retry_ms=self.settings.sse_retry_ms, instance=instance
+                follow.items,
+                retry_ms=self.settings.sse_retry_ms,
+                instance=instance,
+                first_ready=follow.first_ready,
             )
             return StreamResponse(
                 frames, slot=None, stop=follow.stop, settings=self.settings, cleanup=follow.close

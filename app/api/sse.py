@@ -275,21 +275,33 @@ def batch_chunks(batch: Batch) -> Iterator[bytes]:
 
 
 async def session_frames(
-    items: AsyncGenerator[Batch | StreamEnd, None], *, retry_ms: int, instance: str
+    items: AsyncGenerator[Batch | StreamEnd, None],
+    *,
+    retry_ms: int,
+    instance: str,
+    first_ready: bool = False,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
-    """`retry:` once, then the merge's batches as frames; a failure ends it with ERROR."""
-    yield ServerSentEvent(retry=retry_ms)
+    """`retry:` once, then the merge's batches as frames; a failure ends it with ERROR.
+
+    `first_ready`: the first batch comes at once (a run's start, sent from memory), so
+    `retry:` goes out in the same write as it rather than in a write of its own."""
+    retry = ServerSentEvent(retry=retry_ms).encode()
+    if not first_ready:
+        yield retry
+        retry = b""
     try:
         async for item in items:
-            if isinstance(item, StreamEnd):
-                yield end_frame(item)
-            else:
-                for chunk in batch_chunks(item):
-                    yield chunk
+            end = isinstance(item, StreamEnd)
+            for chunk in [end_frame(item).encode()] if end else batch_chunks(item):
+                yield retry + chunk
+                retry = b""
     except Exception as exc:
-        yield error_frame(exc, instance)
+        yield retry + error_frame(exc, instance).encode()
+        retry = b""
     finally:
         await items.aclose()
+    if retry:
+        yield retry
 
 
 async def tenant_frames(
