@@ -126,10 +126,12 @@ def name_the_event_loop() -> None:
     """Tell sniffio, for this thread, that the event loop is asyncio.
 
     anyio asks sniffio which library runs the loop for every cancel scope, lock and event it
-    makes: sse-starlette makes several per stream and one per chunk sent. Without a name set,
-    sniffio finds out by calling `asyncio.current_task()` each time, which was about a tenth
-    of what a stream-mode run costs over a wait-mode one (py-spy). This thread runs only
-    asyncio; worker threads keep their own (unset) thread-local and sniff as before."""
+    makes (the revocation middleware's scope on every request, Starlette's own). Without a
+    name set, sniffio finds out by calling `asyncio.current_task()` each time: with
+    sse-starlette's response, which made several per stream and one per chunk, that was
+    about a sixth of what a stream-mode run cost over a wait-mode one (py-spy). This thread
+    runs only asyncio; worker threads keep their own (unset) thread-local and sniff as
+    before."""
     try:
         import sniffio
     except ImportError:  # anyio then asks asyncio directly, which is as quick
