@@ -362,7 +362,7 @@ def _figures(results: dict[str, list[dict[str, Any]]], clients: int, preload: in
     )
     paired = [
         round(s["cpu_ms_per_run"] / w["cpu_ms_per_run"], 3)
-        for s, w in zip(results["stream"], results["fresh"], strict=False)
+        for s, w in zip(results["stream"], results["fresh"], strict=True)
     ]
     figures.append(
         Figure(

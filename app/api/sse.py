@@ -233,17 +233,20 @@ def _json_bytes(value: Any) -> bytes:
         return _json(value).encode()
 
 
+def _frame(name: str, data: bytes, *, seq: int | None = None) -> bytes:
+    """The frame sse-starlette's ServerSentEvent makes of an id, a name without line breaks
+    and one line of data, written directly: every live event and delta of every stream is
+    encoded here."""
+    head = b"id: %d\r\n" % seq if seq is not None else b""
+    return head + b"event: %s\r\ndata: %s\r\n\r\n" % (name.encode(), data)
+
+
 def event_frame(delivery: Delivery) -> bytes:
-    """`id: <seq>`, `event: <TYPE>`, `data: <event JSON>`, encoded once per delivery (the
-    frame sse-starlette's ServerSentEvent would make, written directly: every live event of
-    every stream is encoded here)."""
+    """`id: <seq>`, `event: <TYPE>`, `data: <event JSON>`, encoded once per delivery."""
     if delivery.frame is None:
         event = delivery.event
-        delivery.frame = b"id: %d\r\nevent: %s\r\ndata: %s\r\n\r\n" % (
-            event.seq,
-            str(event.type).encode(),
-            _json_bytes(event_json(event)),
-        )
+        data = _json_bytes(event_json(event))
+        delivery.frame = _frame(str(event.type), data, seq=event.seq)
     return delivery.frame
 
 
@@ -253,9 +256,9 @@ def tenant_event_frame(event: Event, cursor: TenantCursor) -> ServerSentEvent:
 
 def ephemeral_frame(item: Ephemeral) -> bytes:
     name = str(item.frame.get("type") or "delta")
-    if "\n" in name or "\r" in name:  # not one of ours: let ServerSentEvent refuse it
+    if "\n" in name or "\r" in name:  # not one of ours: ServerSentEvent strips the breaks
         return ServerSentEvent(event=name, data=_json(item.frame)).encode()
-    return b"event: %s\r\ndata: %s\r\n\r\n" % (name.encode(), _json_bytes(item.frame))
+    return _frame(name, _json_bytes(item.frame))
 
 
 def end_frame(end: StreamEnd) -> ServerSentEvent:

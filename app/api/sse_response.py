@@ -101,9 +101,6 @@ class StreamStop:
         for sub in self._watched:
             sub.close("shutdown")
 
-    def is_set(self) -> bool:
-        return self._set
-
     def watch(self, sub: Subscription) -> None:
         self._watched.append(sub)
         if self._set:
