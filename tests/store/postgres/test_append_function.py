@@ -85,6 +85,11 @@ async def test_notify_only_when_the_append_commits(
     long_id = "é" * (MAX_PAYLOAD_BYTES // 2)
     await own_store.create_session(t, session=new("s"), events=[step(0)])
     await own_store.create_session(t, session=new(long_id), events=[step(0)])
+    # The creates' wake-ups are sent first: one coalesced behind the other could otherwise
+    # reach the listener below (it did, once, in CI).
+    notifier = own_store.announcer.notifier
+    assert notifier is not None
+    await notifier.flush()
     conn, heard = await _listener(database_url)
     try:
         with pytest.raises(SeqConflict):
