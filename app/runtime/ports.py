@@ -387,7 +387,17 @@ class LiveFrames(Protocol):
     `end_turn` says the turn's text is final.
     """
 
-    def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None: ...
+    def publish_ephemeral(
+        self,
+        tenant_id: str,
+        session_id: str,
+        frame: dict[str, Any],
+        *,
+        after_seq: int | None = None,
+    ) -> None:
+        """A frame for the session's subscribers on every replica, each of which passes on
+        the session's events up to `after_seq` (the run's last write) before it."""
+        ...
 
     async def end_turn(
         self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
@@ -400,7 +410,14 @@ class LiveFrames(Protocol):
 class NoLiveFrames:
     """The default when no bus is wired in: deltas go nowhere."""
 
-    def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None:
+    def publish_ephemeral(
+        self,
+        tenant_id: str,
+        session_id: str,
+        frame: dict[str, Any],
+        *,
+        after_seq: int | None = None,
+    ) -> None:
         return None
 
     async def end_turn(

@@ -23,7 +23,9 @@ the runtime's `RunControl`). On SQLite it stays in the process.
 
 Token deltas are not in the table: `deltas.py` (the relay) carries them, and keeps the
 turn in progress for a subscriber that arrives mid-turn; on PostgreSQL its messages travel
-as NOTIFYs on a channel of their own, heard by the same LISTEN connection.
+as NOTIFYs on a channel of their own, heard by the same LISTEN connection. Text that follows
+events this bus has not passed on yet waits for them in the session's topic
+(`_deliver_ephemeral`), so every replica shows a turn's start before its text.
 """
 
 from __future__ import annotations
@@ -67,10 +69,23 @@ _HEADS_CHUNK = 500
 _CONTROL_SEND_SECONDS = 2.0
 
 
+@dataclass(slots=True)
+class _Held:
+    """Delta frames that follow events this topic has not passed on yet (`after_seq`), for
+    the subscribers that were there when they came (a later one had them in its catch-up)."""
+
+    after_seq: int
+    items: list[Ephemeral]
+    subscribers: list[Subscription]
+    reads: int  # the topic's reads begun before these frames came
+
+
 @dataclass(eq=False)
 class _Topic:
     cursor: int
     subscribers: set[Subscription] = field(default_factory=set)
+    held: list[_Held] = field(default_factory=list)
+    reads: int = 0  # reads of the table begun for this topic
 
 
 class EventBus:
@@ -106,6 +121,7 @@ class EventBus:
             "polls": 0,
             "catch_ups": 0,
             "overflows": 0,
+            "deltas_held": 0,
         }
         self.control_counters = {"sent": 0, "received": 0, "send_failures": 0}
 
@@ -167,9 +183,17 @@ class EventBus:
                 if not subs:
                     del self._tenants[tenant_id]
 
-    def publish_ephemeral(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None:
-        """A delta of this process's model: to the session's subscribers on every replica."""
-        self.deltas.publish(tenant_id, session_id, frame)
+    def publish_ephemeral(
+        self,
+        tenant_id: str,
+        session_id: str,
+        frame: dict[str, Any],
+        *,
+        after_seq: int | None = None,
+    ) -> None:
+        """A delta of this process's model: to the session's subscribers on every replica,
+        after the events up to `after_seq`."""
+        self.deltas.publish(tenant_id, session_id, frame, after_seq=after_seq)
 
     async def end_turn(
         self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
@@ -178,16 +202,36 @@ class EventBus:
         await self.deltas.end_turn(tenant_id, session_id, run_id=run_id, turn_id=turn_id)
 
     def _deliver_ephemeral(
-        self, tenant_id: str, session_id: str, frames: list[dict[str, Any]]
+        self,
+        tenant_id: str,
+        session_id: str,
+        frames: list[dict[str, Any]],
+        after_seq: int | None,
     ) -> None:
-        """Delta frames to this process's subscribers of the session that want them."""
-        topic = self._topics.get((tenant_id, session_id))
+        """Delta frames to this process's subscribers of the session that want them, after
+        the events up to `after_seq`.
+
+        On another replica than the owner, a turn's first text usually arrives before the
+        turn's opening events do (their wake-up is coalesced, then read): the frames wait
+        in the topic, the topic is read at once, and they follow the events it passes on.
+        Frames held once keep every later one of the session behind them (their order).
+        """
+        key = (tenant_id, session_id)
+        topic = self._topics.get(key)
         if topic is None:
             return
         items = [Ephemeral(frame) for frame in frames]
-        for sub in list(topic.subscribers):
-            if sub.deltas:
-                sub.push(items)
+        subscribers = [sub for sub in topic.subscribers if sub.deltas]
+        if not subscribers:
+            return
+        if topic.held or (after_seq is not None and after_seq > topic.cursor):
+            wait = max(after_seq or 0, topic.held[-1].after_seq if topic.held else 0)
+            topic.held.append(_Held(wait, items, subscribers, topic.reads))
+            self.counters["deltas_held"] += 1
+            self._mark(key, wait)
+            return
+        for sub in subscribers:
+            sub.push(items)
 
     # --------------------------------------------------------------- run control
 
@@ -277,18 +321,23 @@ class EventBus:
     async def _drain(self, key: tuple[str, str], topic: _Topic) -> None:
         """Read the topic's new rows once and push them to each of its subscribers."""
         self.counters["drains"] += 1
+        topic.reads += 1
+        started = topic.reads
         try:
             while True:
                 events = await self._store.list_events(
                     key[0], key[1], after_seq=topic.cursor, limit=self._batch
                 )
                 if not events:
-                    return
+                    break
                 self._push(topic, events)
                 if len(events) < self._batch:
-                    return
+                    break
         except Exception:  # the cursor did not move: the next wake-up or poll reads again
             log.warning("reading new events of %s failed", key[1], exc_info=True)
+        # Text held before this read began is not kept past it (a read that found all that
+        # was committed when the text came, or one that failed): late rather than never.
+        self._release(topic, before_read=started)
 
     @staticmethod
     def _push(topic: _Topic, events: Sequence[Event]) -> None:
@@ -302,6 +351,20 @@ class EventBus:
         items = [Delivery(e) for e in fresh]
         for sub in list(topic.subscribers):
             sub.push(items)
+        if topic.held:
+            EventBus._release(topic)
+
+    @staticmethod
+    def _release(topic: _Topic, *, before_read: int = 0) -> None:
+        """Held delta frames whose events were passed on (and those held before read number
+        `before_read` began), in order, to those of their subscribers still there."""
+        while topic.held and (
+            topic.held[0].after_seq <= topic.cursor or topic.held[0].reads < before_read
+        ):
+            held = topic.held.pop(0)
+            for sub in held.subscribers:
+                if sub in topic.subscribers:
+                    sub.push(held.items)
 
     # ------------------------------------------------------------------- polling
 

@@ -5,8 +5,14 @@ an offset (code points of that kind's text before it), or the end of the turn's 
 (`END`). Offsets make order and gaps visible to every receiver, so a lost or reordered
 notification can never splice text silently.
 
-A payload is a JSON array, `[1, origin, tenant, session, run, turn, kind, offset,
-emitted_at, text]` (1: the format's version), at most `MAX_PAYLOAD_BYTES`: PostgreSQL
+A message also names the session's last committed seq when its text was produced
+(`after_seq`: the turn's opening events, STEP_START among them, are at or below it), so a
+replica that has not yet passed those events to its subscribers holds the text back until
+it has (`app.store.bus`): a timeline on any replica shows a turn's start before its text.
+
+A payload is a JSON array, `[2, origin, tenant, session, run, turn, kind, offset,
+emitted_at, text, after_seq]` (2: the format's version; version 1, without `after_seq`, is
+still read), at most `MAX_PAYLOAD_BYTES`: PostgreSQL
 refuses a NOTIFY payload of 8000 bytes or more, so long text is split into several messages
 with consecutive offsets (`split`). JSON is ASCII-escaped, so a payload is valid in any
 server encoding and its size is known before it is sent.
@@ -34,7 +40,7 @@ log = logging.getLogger("app.store.deltas")
 DELTA_CHANNEL = "asr_deltas"
 MAX_PAYLOAD_BYTES = 7900  # PostgreSQL refuses 8000 and more
 END = "END"  # the kind of the message that ends a turn's text
-_VERSION = 1
+_VERSION = 2
 _NOTIFY = (
     "SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))"
     " FROM unnest($2::text[]) AS p"
@@ -54,6 +60,7 @@ class DeltaMessage:
     offset: int  # code points of this kind's text before `text`
     emitted_at: float  # unix seconds: when the owner's model produced the first of `text`
     text: str = ""
+    after_seq: int | None = None  # the session's last committed seq when it was produced
 
     def frame(self) -> dict[str, Any]:
         """The SSE frame's data, as subscribers receive it (clients append `text`)."""
@@ -70,7 +77,7 @@ class DeltaMessage:
 def encode(message: DeltaMessage) -> str:
     m = message
     fields = [_VERSION, m.origin, m.tenant_id, m.session_id, m.run_id, m.turn_id, m.kind]
-    fields += [m.offset, round(m.emitted_at, 6), m.text]
+    fields += [m.offset, round(m.emitted_at, 6), m.text, m.after_seq]
     return json.dumps(fields, separators=(",", ":"))
 
 
@@ -78,12 +85,22 @@ def decode(payload: str) -> DeltaMessage | None:
     """The message in a payload, or None for one that is not (or no longer) ours."""
     try:
         fields = json.loads(payload)
-        version, origin, tenant, session, run, turn, kind, offset, at, text = fields
-    except (ValueError, TypeError):
+        version = fields[0]
+        after_seq = None
+        if version == _VERSION:
+            *fields, after_seq = fields
+        elif version != 1:  # 1: a replica not yet upgraded, without after_seq
+            return None
+        _, origin, tenant, session, run, turn, kind, offset, at, text = fields
+    except (ValueError, TypeError, IndexError, KeyError):
         return None
-    if version != _VERSION or not isinstance(text, str) or not isinstance(offset, int):
+    if not isinstance(text, str) or not isinstance(offset, int):
         return None
-    return DeltaMessage(origin, tenant, session, run, turn, kind, offset, float(at), text)
+    if after_seq is not None and not isinstance(after_seq, int):
+        return None
+    return DeltaMessage(
+        origin, tenant, session, run, turn, kind, offset, float(at), text, after_seq
+    )
 
 
 def split(message: DeltaMessage, limit: int = MAX_PAYLOAD_BYTES) -> list[DeltaMessage]:

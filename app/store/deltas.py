@@ -42,7 +42,8 @@ from app.store.delta_wire import END, DeltaMessage, DeltaNotifier, split
 log = logging.getLogger("app.store.deltas")
 
 Key = tuple[str, str]  # (tenant_id, session_id)
-Deliver = Callable[[str, str, list[dict[str, Any]]], None]
+# (tenant_id, session_id, frames, after_seq): see `DeltaMessage.after_seq`.
+Deliver = Callable[[str, str, list[dict[str, Any]], int | None], None]
 _SWEEP_EVERY = 10.0
 
 
@@ -132,6 +133,7 @@ class _Outbox:
     pending: list[_Pending] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
     sent_at: float = float("-inf")
+    after_seq: int | None = None  # the session's last committed seq at the newest chunk
 
 
 class DeltaRelay:
@@ -166,8 +168,18 @@ class DeltaRelay:
 
     # ------------------------------------------------------------------ the owner
 
-    def publish(self, tenant_id: str, session_id: str, frame: dict[str, Any]) -> None:
+    def publish(
+        self,
+        tenant_id: str,
+        session_id: str,
+        frame: dict[str, Any],
+        *,
+        after_seq: int | None = None,
+    ) -> None:
         """A chunk from this replica's model, for the session's subscribers on every replica.
+
+        `after_seq` is the session's last committed seq as the run knows it: every replica
+        passes the events up to it to its subscribers before this text.
 
         Sent at once when nothing went out for the session in the last `flush_seconds`,
         else with whatever else arrives until then: the same frames for this replica's
@@ -187,6 +199,8 @@ class DeltaRelay:
             outbox = None
         if outbox is None:
             outbox = self._outboxes[key] = _Outbox(run_id, turn_id)
+        if after_seq is not None:
+            outbox.after_seq = max(after_seq, outbox.after_seq or after_seq)
         last = outbox.pending[-1] if outbox.pending else None
         if last is not None and last.kind == kind:  # coalesce with the waiting text
             last.parts.append(text)
@@ -246,6 +260,7 @@ class DeltaRelay:
                     p.offset,
                     p.emitted_at,
                     "".join(p.parts),
+                    outbox.after_seq,
                 )
             )
         ]
@@ -279,7 +294,7 @@ class DeltaRelay:
         new = text.apply(message, self._max_chars)
         self.counters["delta_gaps"] += text.gaps - gaps
         if new is not None:
-            self._deliver(message.tenant_id, message.session_id, [new.frame()])
+            self._deliver(message.tenant_id, message.session_id, [new.frame()], new.after_seq)
         self._sweep()
 
     def catch_up(self, tenant_id: str, session_id: str) -> list[dict[str, Any]]:

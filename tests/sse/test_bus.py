@@ -20,6 +20,7 @@ from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
 from app.settings import Settings
 from app.store.bus import InProcessBus, make_bus
+from app.store.delta_wire import DeltaMessage
 from app.store.notify import (
     CHANNEL,
     MAX_PAYLOAD_BYTES,
@@ -235,6 +236,72 @@ async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
             got.extend(i for i in await sub.take(max_wait=0.05) if isinstance(i, Delivery))
             assert bus._topics[(t, sid)].cursor == 3
         assert [d.event.seq for d in got] == [2, 3]
+    finally:
+        await bus.stop()
+
+
+def _delta(tenant_id: str, sid: str, offset: int, text: str, after: int | None) -> DeltaMessage:
+    """A delta message as another replica's model would send it."""
+    return DeltaMessage("elsewhere", tenant_id, sid, "r", "r.t1", "delta", offset, 1.0, text, after)
+
+
+def _arrivals(items: list[object]) -> list[object]:
+    return [i.event.seq if isinstance(i, Delivery) else i.frame["text"] for i in items]  # type: ignore[attr-defined]
+
+
+async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
+    store: AgentSessionStore, tenant: TenantKey
+) -> None:
+    """Another replica's text that follows events this bus has not passed on yet (their
+    wake-up is late) waits for them: the bus reads them at once, and the subscriber gets
+    the turn's start before its text, and the text in order."""
+    bus = InProcessBus(store, poll_seconds=30)
+    await bus.start()
+    try:
+        t = tenant.tenant_id
+        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
+                                                  binding={})).session.session_id  # fmt: skip
+        with bus.subscribe(t, sid, head=1, deltas=True) as sub:
+            store.announcer.listeners.remove(bus.wake)  # seqs 2 and 3: their wake-up is late
+            await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
+            store.announcer.listeners.append(bus.wake)
+            bus.deltas.receive(_delta(t, sid, 0, "Hello", after=3))
+            bus.deltas.receive(_delta(t, sid, 5, ",", after=None))  # behind the held one
+            got: list[object] = []
+            async with asyncio.timeout(5):
+                while "," not in got:
+                    got += _arrivals(await sub.take())
+            assert got == [2, 3, "Hello", ","]
+            bus.deltas.receive(_delta(t, sid, 6, " world", after=3))  # passed on: at once
+            assert _arrivals(await sub.take(max_wait=0)) == [" world"]
+        assert bus.counters["deltas_held"] == 2
+    finally:
+        await bus.stop()
+
+
+async def test_held_text_is_released_by_a_read_that_fails(
+    store: AgentSessionStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text is never held past a read of the table begun after it came, even one that
+    failed: late rather than never."""
+    bus = InProcessBus(store, poll_seconds=30)
+    await bus.start()
+    try:
+        t = tenant.tenant_id
+        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
+                                                  binding={})).session.session_id  # fmt: skip
+        with bus.subscribe(t, sid, head=1, deltas=True) as sub:
+
+            async def broken(*_args: object, **_kwargs: object) -> object:
+                raise OSError("the database went away")
+
+            monkeypatch.setattr(store, "list_events", broken)
+            bus.deltas.receive(_delta(t, sid, 0, "Hello", after=2))
+            got: list[object] = []
+            async with asyncio.timeout(5):
+                while not got:
+                    got += _arrivals(await sub.take())
+        assert got == ["Hello"]
     finally:
         await bus.stop()
 

@@ -59,14 +59,17 @@ class Reader:
         self.frames = frames
         self.deltas: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self.arrivals: list[dict[str, Any]] = []  # both, in the order they came
 
     async def until(self, done: Any) -> None:
         async with asyncio.timeout(20):
             async for frame in self.frames:
                 if frame.event == "delta":
                     self.deltas.append(frame.json)
+                    self.arrivals.append(frame.json)
                 elif frame.id is not None:
                     self.events.append(frame.json)
+                    self.arrivals.append(frame.json)
                 if done(self):
                     return
 
@@ -106,9 +109,17 @@ async def test_every_delta_of_a_run_reaches_the_subscriber(
     assert_contiguous(reader.deltas)
     assert not any(d.get("catch_up") for d in reader.deltas)
     assert {d["run_id"] for d in reader.deltas} == {run.json()["run_id"]}
-    # Every delta came before the turn's events (MODEL_RESPONSE, FINAL_OUTPUT).
-    types = [e["type"] for e in reader.events]
-    assert types.index("MODEL_RESPONSE") < types.index("FINAL_OUTPUT")
+    # Every delta came after its turn's STEP_START and before the turn's MODEL_RESPONSE,
+    # on this replica as on the one running the model.
+    for turn_id in {d["turn_id"] for d in reader.deltas}:
+        seen = [
+            "delta" if a["type"] == "delta" else a["type"]
+            for a in reader.arrivals
+            if a.get("turn_id") == turn_id
+            and a["type"] in ("delta", "STEP_START", "MODEL_RESPONSE")
+        ]
+        assert seen[0] == "STEP_START" and seen[-1] == "MODEL_RESPONSE", seen
+        assert set(seen[1:-1]) == {"delta"}, seen
 
 
 async def test_a_subscriber_reconnecting_mid_turn_gets_the_text_so_far_then_the_rest(

@@ -21,7 +21,9 @@ class Sink:
         self.frames: list[dict[str, Any]] = []
         self.sent: list[DeltaMessage] = []
 
-    def deliver(self, _tenant: str, _session: str, frames: list[dict[str, Any]]) -> None:
+    def deliver(
+        self, _tenant: str, _session: str, frames: list[dict[str, Any]], _after: int | None
+    ) -> None:
         self.frames.extend(frames)
 
     # the DeltaNotifier's interface
@@ -48,6 +50,15 @@ def test_payloads_fit_notify_and_split_long_text_with_consecutive_offsets() -> N
     assert offsets == [7 + sum(len(p.text) for p in pieces[:i]) for i in range(len(pieces))]
     assert [decode(encode(p)) for p in pieces] == pieces
     assert decode("T:S:3") is None and decode('[2,"o"]') is None
+    assert decode('{"a": 1}') is None and decode("[3]") is None
+
+
+def test_messages_carry_the_seq_they_follow_and_version_1_is_still_read() -> None:
+    message = DeltaMessage("o", T, S, "r", "r.t1", "delta", 0, 1.5, "hi", 42)
+    assert decode(encode(message)) == message
+    old = '[1,"o","tenant","session","r","r.t1","delta",0,1.5,"hi"]'  # a replica not upgraded
+    assert decode(old) == DeltaMessage("o", T, S, "r", "r.t1", "delta", 0, 1.5, "hi")
+    assert decode('[2,"o","tenant","session","r","r.t1","delta",0,1.5,"hi","x"]') is None
 
 
 async def test_owner_coalesces_and_every_replica_gets_the_same_frames_in_order() -> None:

@@ -102,7 +102,7 @@ class RunExecutor:
                 tools=_InterruptibleTools(self.planner.tools, live.interrupted),
                 write=lambda events, progress: self._write(run, live, events, progress),
                 load=lambda: self._state(run, live),
-                publish=lambda frame: self._publish(run, frame),
+                publish=lambda frame: self._publish(run, live, frame),
                 context=ToolContext(run.tenant_id, run.session_id, run.run_id),
                 end_turn=lambda turn_id: self.runtime.live.end_turn(
                     run.tenant_id, run.session_id, run_id=run.run_id, turn_id=turn_id
@@ -203,11 +203,15 @@ class RunExecutor:
         live.state, live.session = loaded.state.copy(), loaded.session
         return loaded.state
 
-    def _publish(self, run: RunRecord, frame: dict[str, Any]) -> None:
+    def _publish(self, run: RunRecord, live: LiveRun, frame: dict[str, Any]) -> None:
         # Deltas are never stored, but they reach people: they pass the same redaction.
         # (A secret split across two deltas is not caught here; the stored answer is.)
         frame = self.redactor.value(frame)
-        self.runtime.live.publish_ephemeral(run.tenant_id, run.session_id, frame)
+        # After the run's last write (the turn's STEP_START) on every replica's timeline.
+        after_seq = live.session.last_seq if live.session is not None else None
+        self.runtime.live.publish_ephemeral(
+            run.tenant_id, run.session_id, frame, after_seq=after_seq
+        )
 
 
 class _Interruptible:
