@@ -215,6 +215,8 @@ class EventBus:
         turn's opening events do (their wake-up is coalesced, then read): the frames wait
         in the topic, the topic is read at once, and they follow the events it passes on.
         Frames held once keep every later one of the session behind them (their order).
+        No more are held than a subscription's inbox holds: past that (a read that hangs),
+        all of them go on, and a subscriber that cannot take them overflows as it would.
         """
         key = (tenant_id, session_id)
         topic = self._topics.get(key)
@@ -228,6 +230,8 @@ class EventBus:
             wait = max(after_seq or 0, topic.held[-1].after_seq if topic.held else 0)
             topic.held.append(_Held(wait, items, subscribers, topic.reads))
             self.counters["deltas_held"] += 1
+            if len(topic.held) > self._queue_size:
+                self._release(topic, before_read=topic.reads + 1)
             self._mark(key, wait)
             return
         for sub in subscribers:

@@ -306,6 +306,38 @@ async def test_held_text_is_released_by_a_read_that_fails(
         await bus.stop()
 
 
+async def test_no_more_text_is_held_than_an_inbox_holds(
+    store: AgentSessionStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the read that would release it hangs, held text stays bounded: past an inbox's
+    size it all goes on, and a subscriber that cannot take it overflows as it would."""
+    bus = InProcessBus(store, poll_seconds=30, queue_size=8)
+    await bus.start()
+    gate = asyncio.Event()
+    try:
+        t = tenant.tenant_id
+        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
+                                                  binding={})).session.session_id  # fmt: skip
+        real_read = store.list_events
+
+        async def hanging(*args: object, **kwargs: object) -> object:
+            await gate.wait()
+            return await real_read(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "list_events", hanging)
+        with bus.subscribe(t, sid, head=1, deltas=True) as sub:
+            topic = bus._topics[(t, sid)]
+            for i in range(8):
+                bus.deltas.receive(_delta(t, sid, i, "x", after=2))
+            assert len(topic.held) == 8 and not sub.overflowed
+            bus.deltas.receive(_delta(t, sid, 8, "x", after=2))
+            assert topic.held == [] and sub.overflowed
+        assert bus.counters["overflows"] == 1
+    finally:
+        gate.set()
+        await bus.stop()
+
+
 async def test_subscription_inbox_is_bounded() -> None:
     overflows: list[int] = []
     sub = Subscription(limit=3, on_overflow=lambda: overflows.append(1))
