@@ -231,7 +231,7 @@ class EventBus:
             topic.held.append(_Held(wait, items, subscribers, topic.reads))
             self.counters["deltas_held"] += 1
             if len(topic.held) > self._queue_size:
-                self._release(topic, before_read=topic.reads + 1)
+                self._release(topic, before_read=topic.reads + 1)  # every held frame
             self._mark(key, wait)
             return
         for sub in subscribers:

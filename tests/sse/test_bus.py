@@ -7,6 +7,7 @@ same counts are taken from the in-process listeners, which play NOTIFY's role th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -135,6 +136,22 @@ async def test_r11_one_notification_per_transaction_and_none_on_rollback(
         assert await notes.queue_usage() < 0.01
 
 
+@contextlib.asynccontextmanager
+async def running_bus(
+    store: AgentSessionStore, tenant_id: str, *, queue_size: int = 1000
+) -> AsyncIterator[tuple[InProcessBus, str]]:
+    """A started bus that polls only when a test asks it to, and a new session to watch."""
+    bus = InProcessBus(store, poll_seconds=30, queue_size=queue_size)
+    await bus.start()
+    try:
+        created = await SessionRuntime(store).create(
+            tenant_id, session_id=None, metadata={}, agent={}, binding={}
+        )
+        yield bus, created.session.session_id
+    finally:
+        await bus.stop()
+
+
 async def test_polling_delivers_when_wakeups_are_lost(
     store: AgentSessionStore, tenant: TenantKey
 ) -> None:
@@ -167,12 +184,8 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
     cursor; after a gap (a commit the bus never heard of) it reads the
     table instead. Either way the subscriber gets each event once, in order, exactly as the
     table holds it."""
-    bus = InProcessBus(store, poll_seconds=30)
-    await bus.start()
-    try:
-        t = tenant.tenant_id
-        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
-                                                  binding={})).session.session_id  # fmt: skip
+    t = tenant.tenant_id
+    async with running_bus(store, t) as (bus, sid):
         got: list[Delivery] = []
 
         async def take(until: int) -> None:
@@ -194,8 +207,6 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
         assert [d.event.seq for d in got] == [2, 3, 4, 5, 6]
         stored = await store.list_events(t, sid, after_seq=1)
         assert [d.event.to_json() for d in got] == [e.to_json() for e in stored]
-    finally:
-        await bus.stop()
 
 
 async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
@@ -205,12 +216,8 @@ async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
 ) -> None:
     """A drain's read that began before a commit was handed on returns the handed-on events
     again: the bus passes on none of them twice, and its cursor never moves back."""
-    bus = InProcessBus(store, poll_seconds=30)
-    await bus.start()
-    try:
-        t = tenant.tenant_id
-        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
-                                                  binding={})).session.session_id  # fmt: skip
+    t = tenant.tenant_id
+    async with running_bus(store, t) as (bus, sid):
         gate, reading = asyncio.Event(), asyncio.Event()
         real_read = store.list_events
 
@@ -236,8 +243,6 @@ async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
             got.extend(i for i in await sub.take(max_wait=0.05) if isinstance(i, Delivery))
             assert bus._topics[(t, sid)].cursor == 3
         assert [d.event.seq for d in got] == [2, 3]
-    finally:
-        await bus.stop()
 
 
 def _delta(tenant_id: str, sid: str, offset: int, text: str, after: int | None) -> DeltaMessage:
@@ -255,12 +260,8 @@ async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
     """Another replica's text that follows events this bus has not passed on yet (their
     wake-up is late) waits for them: the bus reads them at once, and the subscriber gets
     the turn's start before its text, and the text in order."""
-    bus = InProcessBus(store, poll_seconds=30)
-    await bus.start()
-    try:
-        t = tenant.tenant_id
-        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
-                                                  binding={})).session.session_id  # fmt: skip
+    t = tenant.tenant_id
+    async with running_bus(store, t) as (bus, sid):
         with bus.subscribe(t, sid, head=1, deltas=True) as sub:
             store.announcer.listeners.remove(bus.wake)  # seqs 2 and 3: their wake-up is late
             await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
@@ -275,8 +276,6 @@ async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
             bus.deltas.receive(_delta(t, sid, 6, " world", after=3))  # passed on: at once
             assert _arrivals(await sub.take(max_wait=0)) == [" world"]
         assert bus.counters["deltas_held"] == 2
-    finally:
-        await bus.stop()
 
 
 async def test_held_text_is_released_by_a_read_that_fails(
@@ -284,12 +283,8 @@ async def test_held_text_is_released_by_a_read_that_fails(
 ) -> None:
     """Text is never held past a read of the table begun after it came, even one that
     failed: late rather than never."""
-    bus = InProcessBus(store, poll_seconds=30)
-    await bus.start()
-    try:
-        t = tenant.tenant_id
-        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
-                                                  binding={})).session.session_id  # fmt: skip
+    t = tenant.tenant_id
+    async with running_bus(store, t) as (bus, sid):
         with bus.subscribe(t, sid, head=1, deltas=True) as sub:
 
             async def broken(*_args: object, **_kwargs: object) -> object:
@@ -302,8 +297,6 @@ async def test_held_text_is_released_by_a_read_that_fails(
                 while not got:
                     got += _arrivals(await sub.take())
         assert got == ["Hello"]
-    finally:
-        await bus.stop()
 
 
 async def test_no_more_text_is_held_than_an_inbox_holds(
@@ -311,13 +304,9 @@ async def test_no_more_text_is_held_than_an_inbox_holds(
 ) -> None:
     """While the read that would release it hangs, held text stays bounded: past an inbox's
     size it all goes on, and a subscriber that cannot take it overflows as it would."""
-    bus = InProcessBus(store, poll_seconds=30, queue_size=8)
-    await bus.start()
     gate = asyncio.Event()
-    try:
-        t = tenant.tenant_id
-        sid = (await SessionRuntime(store).create(t, session_id=None, metadata={}, agent={},
-                                                  binding={})).session.session_id  # fmt: skip
+    t = tenant.tenant_id
+    async with running_bus(store, t, queue_size=8) as (bus, sid):
         real_read = store.list_events
 
         async def hanging(*args: object, **kwargs: object) -> object:
@@ -333,9 +322,6 @@ async def test_no_more_text_is_held_than_an_inbox_holds(
             bus.deltas.receive(_delta(t, sid, 8, "x", after=2))
             assert topic.held == [] and sub.overflowed
         assert bus.counters["overflows"] == 1
-    finally:
-        gate.set()
-        await bus.stop()
 
 
 async def test_subscription_inbox_is_bounded() -> None:
