@@ -352,19 +352,68 @@ class RunStore(Protocol):
     """The run rows and the writes that go with them (DESIGN §9): leases, fences, the
     events a run writes. `SessionRuntime` is their only caller."""
 
-    def run_values(self, tenant_id: str, session_id: str, **kw: Any) -> dict[str, Any]: ...
+    def run_values(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        run_id: str,
+        input: dict[str, Any] | None,
+        options: dict[str, Any],
+        owner: str,
+        lease_until: datetime,
+        idempotency: IdempotencyToken | None,
+    ) -> dict[str, Any]: ...
     async def start_run(
-        self, tenant_id: str, session_id: str, **kw: Any
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> tuple[RunRecord, AppendResult]: ...
-    async def enqueue_run(self, tenant_id: str, session_id: str, **kw: Any) -> RunRecord: ...
+    async def enqueue_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        max_live_runs: int | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> RunRecord: ...
     async def claim_run(
-        self, tenant_id: str, run_id: str, **kw: Any
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+        oldest_only: bool = False,
     ) -> tuple[RunRecord, AppendResult]: ...
-    async def append_run_events(self, tenant_id: str, run_id: str, **kw: Any) -> AppendResult: ...
-    async def renew_lease(self, tenant_id: str, run_id: str, **kw: Any) -> bool: ...
-    async def fence_run(self, tenant_id: str, run_id: str, **kw: Any) -> RunRecord | None: ...
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        session_id: str,
+        epoch: int,
+        events: list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult: ...
+    async def renew_lease(
+        self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
+    ) -> bool: ...
+    async def fence_run(
+        self, tenant_id: str, run_id: str, *, stop_reason: str, only_expired: bool = False
+    ) -> RunRecord | None: ...
     async def close_fenced_run(
-        self, tenant_id: str, run_id: str, **kw: Any
+        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
     ) -> AppendResult | None: ...
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None: ...
     async def list_runs(

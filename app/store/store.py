@@ -8,7 +8,8 @@ with one stored-function call per write. `store_for` is the one place that choos
 
 from __future__ import annotations
 
-from datetime import timedelta
+from abc import abstractmethod
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -16,6 +17,16 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.observer import NullObserver, Observer
+from app.runtime.ports import (
+    AppendResult,
+    IdempotencyToken,
+    NewSession,
+    RunFinish,
+    RunRecord,
+    TenantCursor,
+    TenantPage,
+)
+from app.runtime.session.events import NewEvent
 from app.runtime.session.redaction import Redactor
 from app.store.accounts import AccountStore
 from app.store.base import NO_TENANT
@@ -71,6 +82,101 @@ class AgentSessionStore(RunStore, WebhookTables, ScheduleStore, AccountStore, Ma
                 # usable after the error.
                 return None
         return row[0] if row is not None else None
+
+    # The writes that insert events, and the tenant timeline: each backend's own
+    # (`SqliteStore`, `PostgresStore`). Declared here so that this class is all of the
+    # runtime's `RuntimeStore`, which `store_for`'s callers hand to `SessionRuntime`.
+
+    @abstractmethod
+    async def create_session(
+        self,
+        tenant_id: str,
+        *,
+        session: NewSession,
+        events: list[NewEvent],
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult: ...
+
+    @abstractmethod
+    async def fork_session(
+        self,
+        tenant_id: str,
+        source_session_id: str,
+        *,
+        at_seq: int,
+        session: NewSession,
+        events: list[NewEvent],
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult: ...
+
+    @abstractmethod
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult: ...
+
+    @abstractmethod
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage: ...
+
+    @abstractmethod
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]: ...
+
+    @abstractmethod
+    async def claim_run(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+        oldest_only: bool = False,
+    ) -> tuple[RunRecord, AppendResult]: ...
+
+    @abstractmethod
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        session_id: str,
+        epoch: int,
+        events: list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult: ...
+
+    @abstractmethod
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
+    ) -> AppendResult | None: ...
 
 
 def store_for(

@@ -8,6 +8,7 @@ replica fires each tick exactly once is `TickFiring` (`schedule_ticks.py`), mixe
 from __future__ import annotations
 
 import asyncio
+import builtins
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -240,7 +241,7 @@ class Scheduler(TickFiring):
         *,
         limit: int,
         before: tuple[datetime, str] | None = None,
-    ) -> list[FireRecord]:
+    ) -> builtins.list[FireRecord]:
         """What the schedule's ticks did, newest first: the runs it started, and skips."""
         await self.get(tenant_id, schedule_id)
         return await self.store.list_schedule_fires(

@@ -8,6 +8,7 @@ can never be served from a stale entry.
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -178,10 +179,10 @@ class SessionRuntime:
         *,
         after_seq: int = 0,
         until_seq: int | None = None,
-        types: list[str] | None = None,
+        types: builtins.list[str] | None = None,
         run_id: str | None = None,
         limit: int | None = None,
-    ) -> list[Event]:
+    ) -> builtins.list[Event]:
         """Events of the session in seq order; SessionNotFound if there is no such session.
         Events found prove the session exists (in this tenant), so the session row is read
         only when none are: a full read is one round trip, like the bare driver's."""
@@ -203,7 +204,7 @@ class SessionRuntime:
         tenant_id: str,
         *,
         after: TenantCursor,
-        types: list[str] | None = None,
+        types: builtins.list[str] | None = None,
         limit: int = 500,
     ) -> TenantPage:
         """Events of every session of the tenant after a timeline cursor, never skipping one
@@ -218,12 +219,13 @@ class SessionRuntime:
 
     async def history(
         self, tenant_id: str, session_id: str, *, after_seq: int = 0, limit: int = 500
-    ) -> tuple[list[dict[str, Any]], int | None]:
+    ) -> tuple[builtins.list[dict[str, Any]], int | None]:
         """Every item ever added to memory, rebuilt from the ledger, one page at a time.
 
         Returns (items each with the `seq` that added it, next after_seq or None at the end).
         """
         await self.get(tenant_id, session_id)
+        types: list[str]
         types = [EventType.USER_INPUT, EventType.MEMORY_ITEMS_APPENDED, EventType.TOOL_RESULT]
         events = await self.store.list_events(
             tenant_id, session_id, after_seq=after_seq, types=types, limit=limit
@@ -285,7 +287,7 @@ class SessionRuntime:
         return self._after_write(result, fold(None, result.events))
 
     async def create_imported(
-        self, tenant_id: str, session: NewSession, events: list[NewEvent]
+        self, tenant_id: str, session: NewSession, events: builtins.list[NewEvent]
     ) -> Loaded:
         """A new session (its own root) holding exactly `events` (an import), in one
         transaction; its state is then loaded like any other's."""
@@ -328,7 +330,7 @@ class SessionRuntime:
         self,
         tenant_id: str,
         session_id: str,
-        events: list[NewEvent],
+        events: builtins.list[NewEvent],
         *,
         expected_seq: int | None = None,
         idempotency: IdempotencyToken | None = None,
@@ -358,7 +360,7 @@ class SessionRuntime:
         self,
         tenant_id: str,
         session_id: str,
-        items: list[Any],
+        items: builtins.list[Any],
         *,
         expected_seq: int | None = None,
         idempotency: IdempotencyToken | None = None,
@@ -590,18 +592,18 @@ class SessionRuntime:
         return await self.store.fence_run(tenant_id, run_id, **kw)
 
     async def close_fenced_run(
-        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
+        self, tenant_id: str, run_id: str, *, events: builtins.list[NewEvent]
     ) -> AppendResult | None:
         return await self.store.close_fenced_run(tenant_id, run_id, events=events)
 
     async def find_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         return await self.store.get_run(tenant_id, run_id)
 
-    async def list_runs(self, tenant_id: str, session_id: str) -> list[RunRecord]:
+    async def list_runs(self, tenant_id: str, session_id: str) -> builtins.list[RunRecord]:
         """The session's runs, newest first."""
         return await self.store.list_runs(tenant_id, session_id)
 
-    async def list_stale_runs(self) -> list[RunRecord]:
+    async def list_stale_runs(self) -> builtins.list[RunRecord]:
         """Runs whose lease expired, and fenced runs not closed yet (any tenant)."""
         return await self.store.list_stale_runs()
 

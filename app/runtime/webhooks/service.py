@@ -8,6 +8,7 @@ signing secret is made here and returned once, by `create`; reads never show it.
 
 from __future__ import annotations
 
+import builtins
 import re
 import uuid
 from datetime import datetime
@@ -146,7 +147,7 @@ class Webhooks:
         limit: int,
         after: tuple[datetime, str] | None = None,
         status: str | None = None,
-    ) -> list[DeliveryRecord]:
+    ) -> builtins.list[DeliveryRecord]:
         await self.get(tenant_id, webhook_id)
         return await self.store.list_deliveries(
             tenant_id, webhook_id, limit=limit, after=after, status=status
