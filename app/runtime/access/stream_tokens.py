@@ -60,6 +60,7 @@ class StreamTokens:
         """A token for `grant`; returns (token, expiry as Unix seconds)."""
         ttl = min(ttl_seconds or self.ttl_seconds, self.ttl_seconds)
         expires = int((now if now is not None else time.time()) + ttl)
+        claims: dict[str, str | int | None]
         claims = {"t": grant.tenant_id, "s": grant.session_id, "k": grant.key_prefix}
         claims["exp"] = expires
         body = f"{_PREFIX}.{_b64(json.dumps(claims, separators=(',', ':')).encode())}"

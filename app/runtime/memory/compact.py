@@ -90,7 +90,7 @@ async def compact_session(
         if strategy is not None or not reset_breaker:
             try:
                 done = await compact(state, policy, summarizer, strategy=strategy)
-                result = done.result
+                result = dict(done.result)
                 events.append(compacted_memory(done).event())
             except CompactionFailed as exc:
                 failed = exc

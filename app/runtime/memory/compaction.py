@@ -12,7 +12,7 @@ until a success or an explicit reset (kind `breaker_reset`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,9 @@ from app.runtime.memory.items import estimate_tokens, item_text
 from app.runtime.session.event_payloads import CompactionFailure, CompactResult, MemoryCompacted
 from app.runtime.session.projector import evict_to_window
 from app.runtime.session.state import SessionState
+
+if TYPE_CHECKING:
+    from app.runtime.models.base import ModelClient
 
 Strategy = Literal["truncate", "summarize", "tool_results"]
 SUMMARY_MAX_CHARS = 800
@@ -215,7 +218,7 @@ class ScriptedSummarizer:
 class ModelSummarizer:
     """Summaries written by the session's own model (OpenAI-compatible endpoints)."""
 
-    def __init__(self, model: Any, model_name: str | None) -> None:
+    def __init__(self, model: ModelClient, model_name: str | None) -> None:
         self.model = model
         self.model_name = model_name
 

@@ -128,7 +128,8 @@ def item_text(item: dict[str, Any]) -> str:
     if kind == "function_call":
         return f"{item['name']}({item.get('arguments', '')})"
     if kind == "function_call_output":
-        return item.get("output", "")
+        output: str = item.get("output", "")
+        return output
     return ""
 
 

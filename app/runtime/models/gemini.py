@@ -152,7 +152,7 @@ class GeminiModel:
         self._signatures: collections.OrderedDict[str, bytes] = collections.OrderedDict()
 
     def _config_of(self, request: ModelRequest) -> types.GenerateContentConfig:
-        tools = None
+        tools: types.ToolListUnion | None = None
         if request.tools:
             declarations = [
                 types.FunctionDeclaration(
@@ -179,7 +179,7 @@ class GeminiModel:
         try:
             stream = await self._client.aio.models.generate_content_stream(
                 model=request.model or self._config.default_model or "",
-                contents=to_contents(request, self._signatures),  # type: ignore[arg-type]
+                contents=to_contents(request, self._signatures),
                 config=self._config_of(request),
             )
             assembler = _Assembler(on_delta)

@@ -189,11 +189,13 @@ class OpenAICompatibleModel:
             ToolCallRequest(call_id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
             for _, c in sorted(calls.items())
         ]
-        for call in tool_calls:
+        for request_call in tool_calls:
             try:
-                json.loads(call.arguments)
+                json.loads(request_call.arguments)
             except (ValueError, RecursionError) as exc:  # nested too deep for the parser
-                raise ModelError(f"the model sent malformed arguments for {call.name}") from exc
+                raise ModelError(
+                    f"the model sent malformed arguments for {request_call.name}"
+                ) from exc
         return ModelResponse(
             text="".join(text),
             tool_calls=tool_calls,

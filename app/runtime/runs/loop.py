@@ -11,7 +11,7 @@ then the tool results and the decision.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -408,7 +408,7 @@ class LoopController:
         return "server"
 
     async def _run_server_tools(
-        self, response: ModelResponse, kinds: dict[str, str], turn_id: str
+        self, response: ModelResponse, kinds: Mapping[str, str], turn_id: str
     ) -> tuple[list[NewEvent], bool]:
         results: list[NewEvent] = []
         failed = False

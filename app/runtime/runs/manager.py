@@ -157,6 +157,7 @@ class RunManager:
                 continue  # written to since our read (only with a prefix): read again
         if created is None:
             raise SeqConflict(-1, -1)
+        assert loaded is not None  # `created` was made on it
         record, started, options, first_events = created
         queued = started is None
         self._recent[tenant_id].append(time.monotonic())

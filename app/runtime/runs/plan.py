@@ -8,7 +8,7 @@ from typing import Any
 
 from app.runtime.memory.compaction import ModelSummarizer, ScriptedSummarizer, Summarizer
 from app.runtime.memory.context import budget_of
-from app.runtime.models.base import ModelClient, ModelRequest, OnDelta, ToolSpec
+from app.runtime.models.base import ModelClient, ModelRequest, ModelResponse, OnDelta, ToolSpec
 from app.runtime.models.registry import ModelRegistry
 from app.runtime.runs.agent import AgentSpec, agent_spec
 from app.runtime.runs.loop import RunOptions
@@ -143,7 +143,7 @@ class _ProfileClient:
         self.models = models
         self.profile = profile
 
-    async def complete(self, request: ModelRequest, on_delta: OnDelta) -> Any:
+    async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         return await self.models.client(self.profile).complete(request, on_delta)
 
 

@@ -189,7 +189,7 @@ class Scheduler(TickFiring):
             _check_policies(merged["missed"], merged["multitask"])
             out = dict(changes)
             if CADENCE_FIELDS & set(changes):
-                timing = {
+                timing: dict[str, Any] = {
                     "cron": record.cron,
                     "timezone": record.timezone,
                     "interval_seconds": record.interval_seconds,

@@ -153,7 +153,10 @@ class Redactor:
         stack: list[tuple[Any, Any]] = [(value, root)]
         while stack:
             source, target = stack.pop()
-            pairs = source.items() if isinstance(source, dict) else enumerate(source)
+            # A dict's keys are str (JSON), a list's int.
+            pairs: Iterable[tuple[Any, Any]] = (
+                source.items() if isinstance(source, dict) else enumerate(source)
+            )
             for key, item in pairs:
                 if isinstance(item, str):
                     copy: Any = text(item)

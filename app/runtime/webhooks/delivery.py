@@ -73,7 +73,7 @@ def backoff(
 ) -> float:
     """Seconds before the next attempt after `attempts` failed ones: exponential, capped,
     with full jitter (so many receivers failing at once do not retry in lockstep)."""
-    ceiling = min(
+    ceiling: float = min(
         policy.backoff_cap_seconds, policy.backoff_base_seconds * 2 ** min(max(attempts - 1, 0), 40)
     )
     return max(0.5, ceiling * rand())

@@ -10,7 +10,7 @@ folds the stored dicts, so payloads written before a field existed still fold.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
@@ -30,6 +30,8 @@ class Payload:
     # Set by `event_payload` from the dataclass fields, once per class.
     _KEYS: ClassVar[tuple[str, ...]]
     _OMITTED: ClassVar[tuple[str, ...]]
+    # Set by `event_payload` (every payload model is a dataclass): what `fields()` reads.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def to_payload(self) -> dict[str, Any]:
         """The stored payload: every field by its name, minus omitted ones that are None."""
@@ -44,18 +46,18 @@ class Payload:
         return NewEvent(self.TYPE, self.to_payload(), run_id, turn_id)
 
 
-_P = TypeVar("_P", bound=type[Payload])
+_P = TypeVar("_P", bound=Payload)
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
-def event_payload(event_type: EventType) -> Callable[[_P], _P]:
+def event_payload(event_type: EventType) -> Callable[[type[_P]], type[_P]]:
     """Make `cls` the payload model of `event_type`: a frozen, slotted, keyword-only dataclass.
 
     Keyword-only, so a call site names every key it writes; frozen, so an event built once
     cannot change between the write and the fold of the same object.
     """
 
-    def make(cls: _P) -> _P:
+    def make(cls: type[_P]) -> type[_P]:
         model = dataclass(frozen=True, slots=True, kw_only=True)(cls)
         model.TYPE = event_type
         model._KEYS = tuple(f.name for f in fields(model))
