@@ -216,7 +216,7 @@ class Announcer:
         """The wake-ups of the transaction on `conn` (taken off it)."""
         touched: dict[tuple[str, str], _Touched] = conn.info.pop(_TOUCHED, None) or {}
         return [
-            Wakeup(t, s, x.last_seq, tuple(x.events) if x.complete() else ())
+            Wakeup(t, s, x.last_seq, tuple(x.events or ()) if x.complete() else ())
             for (t, s), x in touched.items()
         ]
 

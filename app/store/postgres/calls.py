@@ -217,7 +217,9 @@ async def _raise_as_sqlalchemy(
         error: Exception = translated
     except Exception as other:
         error = other
-    invalidated = bool(dialect.is_disconnect(error, adapter, None))
+    # Any exception: asyncpg's dialect decides by the connection's state or an isinstance
+    # check, though the annotation says a DB-API Error.
+    invalidated = bool(dialect.is_disconnect(error, adapter, None))  # type: ignore[arg-type]
     if invalidated:
         await greenlet_spawn(fairy.invalidate, error)
     if isinstance(error, dbapi.Error):

@@ -17,7 +17,7 @@ from collections.abc import Collection
 
 from sqlalchemy import Table, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.selectable import TextualSelect
 
 from app.runtime.ports import ApiKeyRecord, RunRecord, TenantRecord
 from app.runtime.webhooks.records import Claim
@@ -27,7 +27,7 @@ from app.store.runs import run_from_row
 from app.store.tables import api_keys, runs, tenants
 
 
-def _rows_of(call: str, table: Table, suffix: str = "") -> TextClause:
+def _rows_of(call: str, table: Table, suffix: str = "") -> TextualSelect:
     """`SELECT <table's columns> FROM <call>`, typed as the table's columns (JSON decoded).
 
     The columns are named, in the table model's order, so the order of the function's row

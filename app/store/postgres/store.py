@@ -20,7 +20,7 @@ import json
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import literal_column, select, text, tuple_
+from sqlalchemy import ColumnClause, literal_column, select, text, tuple_
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -358,6 +358,7 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
             args.append(limit)
             sql += f" LIMIT ${len(args)}"
         driver = (await conn.get_raw_connection()).driver_connection
+        assert driver is not None  # the checked-out connection's asyncpg one
         return [Event(*row) for row in await driver.fetch(sql, *args)]
 
     async def list_tenant_events(
@@ -376,6 +377,7 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         stmt = select(session_events).where(ev.tenant_id == tenant_id)
         if types:
             stmt = stmt.where(ev.type.in_(types))
+        safe_below: ColumnClause[int]
         safe_below = literal_column("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
         stmt = (
             stmt.add_columns(safe_below.label("safe_below"))

@@ -23,7 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import SimpleNamespace
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -78,6 +78,7 @@ from app.store.sqlite.cross_tenant import SqliteCrossTenant
 from app.store.sqlite.writer import (
     Done,
     Job,
+    JobOf,
     SqliteWriter,
     driver,
     session_from_tuple,
@@ -93,6 +94,7 @@ from app.store.tables import (
 )
 from app.tracing import span
 
+_T = TypeVar("_T")
 _POSITION_COUNTER = "event_position"
 
 # The statements every append runs are plain SQL on the writer's driver connection
@@ -172,14 +174,14 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         self.writer = SqliteWriter(engine.url, sqlite_synchronous(engine), self._write_lock)
         self.writer.attach(self)
 
-    async def _write(self, work: Job) -> Any:
+    async def _write(self, work: JobOf[_T]) -> _T:
         """`work` in a committed write transaction of the writer; then, as `write` does after
         its commit, this process's listeners are woken and the appended events counted."""
         with span("store.write", **{"db.system": "sqlite"}):
             done = await self.writer.run(lambda conn: self._collected(conn, work), self._announce)
         if done.error is not None:
             raise done.error
-        return done.value
+        return cast(_T, done.value)  # what `work` returned
 
     def _announce(self, done: Done) -> None:
         """After a job's commit (even one whose caller was cancelled meanwhile)."""
@@ -473,6 +475,7 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             sql += " LIMIT ?"
             args.append(limit)
         driver = (await conn.get_raw_connection()).driver_connection
+        assert driver is not None  # the checked-out connection's aiosqlite one
         async with driver.execute(sql, args) as cursor:
             rows = await cursor.fetchall()
         loads, parse = json_text.loads, datetime.fromisoformat

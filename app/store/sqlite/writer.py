@@ -29,11 +29,11 @@ import json
 import logging
 import sqlite3
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Connection
@@ -46,8 +46,12 @@ from app.store.engine import WRITE_OPTION, install_sqlite_hooks
 
 log = logging.getLogger("app.store.sqlite")
 
+_T = TypeVar("_T")
+
 # A job: the store's write, as a coroutine function of the connection it writes with.
-Job = Callable[[AsyncConnection], Awaitable[Any]]
+Job = Callable[[AsyncConnection], Coroutine[Any, Any, Any]]
+# A job whose value is a `_T` (`SqliteStore._write` returns it).
+JobOf = Callable[[AsyncConnection], Coroutine[Any, Any, _T]]
 
 
 class JobConnection:
@@ -60,7 +64,7 @@ class JobConnection:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         # The sqlite3 connection under it, for the statements every append runs (store.py).
-        self.driver: sqlite3.Connection = conn.connection.driver_connection
+        self.driver = cast(sqlite3.Connection, conn.connection.driver_connection)
         self.info: dict[str, Any] = {}
 
     async def execute(self, statement: Any, parameters: Any = None) -> Any:
@@ -226,7 +230,7 @@ class SqliteWriter:
         with conn.begin():  # BEGIN IMMEDIATE (engine.py); COMMIT on exit
             # SAVEPOINTs on the driver: SQLAlchemy's nested transactions cost a third of a
             # batched append's CPU. The job's code never opens one of its own.
-            sqlite = conn.connection.driver_connection
+            sqlite = cast(sqlite3.Connection, conn.connection.driver_connection)
             for job in jobs:
                 sqlite.execute("SAVEPOINT asr_job")
                 outcome = self._run_job(conn, job)
