@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from app import admin, schedule_admin
 from app.runtime.access.accounts import Accounts, key_listing
 from app.runtime.errors import AgentSessionError
-from app.runtime.runs.blueprints import BlueprintError, load_blueprints
+from app.runtime.runs.blueprints import BlueprintError, Blueprints, load_blueprints
 from app.runtime.schedules.service import MISSED_POLICIES, MULTITASK_POLICIES, ScheduleSpec
 from app.runtime.session.retention import RetentionPolicy
 from app.settings import Settings
@@ -284,7 +284,7 @@ async def _schedules(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _blueprints(settings: Settings) -> Any:
+def _blueprints(settings: Settings) -> Blueprints:
     """The agents file's blueprints, checked as the server checks them."""
     from app.main import build_models, known_tool_names
 

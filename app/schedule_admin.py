@@ -71,7 +71,12 @@ async def show_schedule(kit: Toolkit, out: TextIO, *, tenant: str, schedule_id: 
 
 
 async def create_schedule(
-    kit: Toolkit, out: TextIO, *, tenant: str, spec: ScheduleSpec, blueprints: Blueprints
+    kit: Toolkit,
+    out: TextIO,
+    *,
+    tenant: str,
+    spec: ScheduleSpec,
+    blueprints: Blueprints | None,
 ) -> ScheduleRecord:
     """Create and print the schedule (bad cron, zone or interval: InvalidSchedule)."""
     tenant_id = await kit.accounts.tenant_id_of(tenant)

@@ -77,7 +77,7 @@ AgUiInput = Annotated[
         "threadId, runId, messages, tools, context, state, forwardedProps, resume.",
     ),
 ]
-_DOC = {
+_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "AG-UI events as Server-Sent Events (`data:` = one AG-UI event JSON)",
         "content": {"text/event-stream": {"schema": {"type": "object"}}},
@@ -190,7 +190,8 @@ async def _run(
         # with its MODEL_RESPONSE instead).
         run = await runs.get_run(tenant.tenant_id, found.result["run_id"])
         follow = streams.follow(tenant.tenant_id, run, deltas=False)
-    encoder = EventEncoder(accept=request.headers.get("accept"))
+    # ag_ui declares `accept: str = None`: None, its own default, is what it takes for none.
+    encoder = EventEncoder(accept=request.headers.get("accept"))  # type: ignore[arg-type]
     translator = Translator(thread_id=body.thread_id, run_id=body.run_id)
     frames = _frames(follow, translator, encoder, snapshot=snapshot)
     return StreamResponse(

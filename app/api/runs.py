@@ -43,7 +43,7 @@ from app.settings import Settings
 router = APIRouter(prefix="/v1/sessions", tags=["runs"])
 oneshot = APIRouter(prefix="/v1", tags=["runs"])
 
-_STREAM_DOC = {
+_STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "wait: the run's result; stream: Server-Sent Events of the run",
         # Each SSE frame carries one JSON object: an event (id = seq) or a delta frame.
@@ -87,7 +87,7 @@ async def run_view(runtime: SessionRuntime, run: RunRecord) -> dict[str, Any]:
 
 
 def _request_of(body: RunCreate) -> RunRequest:
-    value = body.input
+    value: str | list[Any] | None = body.input
     if isinstance(value, list):
         value = [p.model_dump(mode="json", exclude_none=True) for p in value]
     return RunRequest(

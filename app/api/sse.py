@@ -135,7 +135,7 @@ def interleave(events: list[Event], frames: list[Ephemeral]) -> Batch:
     out: Batch = [Delivery(event) for event in events]
     if not frames:
         return out
-    ends = {
+    ends: dict[str | None, int] = {
         e.turn_id: i
         for i, e in reversed(list(enumerate(events)))
         if e.type == EventType.MODEL_RESPONSE and e.turn_id is not None
@@ -314,8 +314,9 @@ async def session_frames(
         retry = b""
     try:
         async for item in items:
-            end = isinstance(item, StreamEnd)
-            for chunk in [end_frame(item).encode()] if end else batch_chunks(item):
+            for chunk in (
+                [end_frame(item).encode()] if isinstance(item, StreamEnd) else batch_chunks(item)
+            ):
                 yield retry + chunk
                 retry = b""
     except Exception as exc:
