@@ -14,10 +14,14 @@ clears that record. Its table, `asr_repeatable`, is left out of `alembic check`.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Collection, Mapping
 from logging.config import fileConfig
+from typing import Any
 
 from alembic import context
 from alembic.operations import ops
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -28,6 +32,7 @@ from app.store.postgres.install import REPEATABLE_TABLE, repeatable_sql, repeata
 from app.store.tables import metadata
 
 config = context.config
+log = logging.getLogger("alembic.env")
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
@@ -53,10 +58,12 @@ def _include_object(
 
 
 # The migration steps this run applied (up or down), from `on_version_apply`.
-_applied: list[object] = []
+_applied: list[MigrationInfo] = []
 
 
-def _note_step(*, ctx: object, step: object, heads: object, run_args: object) -> None:
+def _note_step(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
     _applied.append(step)
 
 
@@ -91,7 +98,7 @@ def run_migrations_offline() -> None:
         context.run_migrations()
         if _url().startswith("postgresql") and _upgrading_to(context.get_revision_argument()):
             for statement in repeatable_sql():
-                context.execute(statement)
+                context.execute(statement.rstrip().removesuffix(";"))  # Alembic adds its own
 
 
 def _run_sync(connection: Connection) -> None:
@@ -99,7 +106,11 @@ def _run_sync(connection: Connection) -> None:
     with context.begin_transaction():
         context.run_migrations()
         (current,) = context.get_context().get_current_heads() or (None,)
-        repeatable_step(connection, migrated=bool(_applied), at_head=_upgrading_to(current))
+        installed = repeatable_step(
+            connection, migrated=bool(_applied), at_head=_upgrading_to(current)
+        )
+        if installed:
+            log.info("Installed the current sources of %s", ", ".join(installed))
 
 
 async def run_migrations_online() -> None:
