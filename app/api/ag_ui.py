@@ -43,6 +43,7 @@ from app.api.sse_response import StreamResponse
 from app.runtime.access.accounts import Principal
 from app.runtime.errors import (
     AgentSessionError,
+    Conflict,
     IdempotentReplay,
     InvalidRequest,
     NothingPending,
@@ -176,9 +177,12 @@ async def _run(
             run, snapshot = await _start(
                 body, tenant.tenant_id, session_id, runtime, runs, blueprints, agent_name, token
             )
-        except (IdempotentReplay, AgentSessionError):
+        except (IdempotentReplay, StaleSession, AgentSessionError) as exc:
             # A duplicate of this runId committed meanwhile: stream that run instead.
             found = await runtime.find_idempotent(tenant.tenant_id, token)
+            if found is None and isinstance(exc, StaleSession):
+                # Its input was written by another request, under another runId.
+                raise Conflict("the thread changed while this run started") from None
             if found is None:
                 raise
     if found is None:
@@ -254,7 +258,9 @@ async def _start(
             given = [] if first.input is None else [_input_item(first.input, first.input_id)]
             at_start.append([*current.state.items, *history.items, *answers, *given])
         if history.input_id != first.input_id:
-            raise StaleSession(session_id)  # the input was written meanwhile: decide again
+            # The input was written meanwhile: decided again on the current state (under the
+            # session's hold, a duplicate of this runId that committed it is streamed).
+            raise StaleSession(session_id)
         events: list[NewEvent] = []
         if history.items:
             events.append(ev.MemoryItemsAppended(items=history.items).event())

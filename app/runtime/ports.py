@@ -7,7 +7,7 @@ is its implementation on SQLite and PostgreSQL.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -243,8 +243,59 @@ class IdempotencyRecord:
     headers: dict[str, str] | None = None
 
 
-class SessionStore(Protocol):
+class SessionWriter(Protocol):
+    """The writes that are decided on a session's state: the store itself, or a session it
+    holds (`SessionStore.hold`), whose writes then go into the held transaction."""
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult: ...
+
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]: ...
+
+
+class HeldSession(SessionWriter, Protocol):
+    """A session no other writer can change until the hold ends (`SessionStore.hold`)."""
+
+    async def load(self, *, base: tuple[datetime, int] | None = None) -> SessionLoad:
+        """`SessionStore.load_session` of the held session, as the hold sees it."""
+        ...
+
+
+class SessionStore(SessionWriter, Protocol):
     """Tenant-scoped persistence. Every method takes `tenant_id` first."""
+
+    def hold(self, tenant_id: str, session_id: str) -> AbstractAsyncContextManager[HeldSession]:
+        """Hold the session against every other writer, on every replica, until the block
+        ends; the held session's writes commit with the block, or not at all.
+
+        For a write decided on the session's state (a save's snapshot, an answer to a
+        pending call) whose first try lost to another writer: decided again under the hold,
+        it cannot lose again. Never for a write that waits on something slow.
+
+        Raises:
+            SessionNotFound.
+        """
+        ...
 
     async def create_session(
         self,
@@ -364,17 +415,6 @@ class RunStore(Protocol):
         lease_until: datetime,
         idempotency: IdempotencyToken | None,
     ) -> dict[str, Any]: ...
-    async def start_run(
-        self,
-        tenant_id: str,
-        session_id: str,
-        *,
-        values: dict[str, Any],
-        start_events: list[NewEvent],
-        max_live_runs: int | None = None,
-        expected: tuple[int, datetime] | None = None,
-        idempotency: IdempotencyToken | None = None,
-    ) -> tuple[RunRecord, AppendResult]: ...
     async def enqueue_run(
         self,
         tenant_id: str,

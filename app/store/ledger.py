@@ -114,17 +114,24 @@ class LedgerStore(IdempotencyStore):
             record = await self._session(conn, tenant_id, session_id)
             if record is None:
                 return None
-            snapshot = None
-            if base is not None and base[0] == record.created_at and base[1] <= record.last_seq:
-                from_base, after = True, base[1]
-            else:
-                snapshot = await self._intact_snapshot(conn, tenant_id, session_id, record.last_seq)
-                from_base, after = False, (snapshot.seq if snapshot is not None else 0)
-            tail = []
-            if after < record.last_seq:
-                tail = await self._events(
-                    conn, tenant_id, session_id, after_seq=after, until_seq=record.last_seq
-                )
+            return await self._load(conn, record, base)
+
+    async def _load(
+        self, conn: AsyncConnection, record: SessionRecord, base: tuple[datetime, int] | None
+    ) -> SessionLoad:
+        """`load_session`'s snapshot and tail for `record`, as read on `conn`."""
+        tenant_id, session_id = record.tenant_id, record.session_id
+        snapshot = None
+        if base is not None and base[0] == record.created_at and base[1] <= record.last_seq:
+            from_base, after = True, base[1]
+        else:
+            snapshot = await self._intact_snapshot(conn, tenant_id, session_id, record.last_seq)
+            from_base, after = False, (snapshot.seq if snapshot is not None else 0)
+        tail = []
+        if after < record.last_seq:
+            tail = await self._events(
+                conn, tenant_id, session_id, after_seq=after, until_seq=record.last_seq
+            )
         return SessionLoad(session=record, from_base=from_base, snapshot=snapshot, tail=tail)
 
     async def list_sessions(

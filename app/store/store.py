@@ -9,6 +9,7 @@ with one stored-function call per write. `store_for` is the one place that choos
 from __future__ import annotations
 
 from abc import abstractmethod
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
+    HeldSession,
     IdempotencyToken,
     NewSession,
     RunFinish,
@@ -83,9 +85,13 @@ class AgentSessionStore(RunStore, WebhookTables, ScheduleStore, AccountStore, Ma
                 return None
         return row[0] if row is not None else None
 
-    # The writes that insert events, and the tenant timeline: each backend's own
+    # The writes that insert events, the hold, and the tenant timeline: each backend's own
     # (`SqliteStore`, `PostgresStore`). Declared here so that this class is all of the
     # runtime's `RuntimeStore`, which `store_for`'s callers hand to `SessionRuntime`.
+
+    @abstractmethod
+    def hold(self, tenant_id: str, session_id: str) -> AbstractAsyncContextManager[HeldSession]:
+        ...
 
     @abstractmethod
     async def create_session(

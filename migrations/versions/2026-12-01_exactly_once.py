@@ -6,8 +6,8 @@ only once the work it guards has committed, written in that same transaction wit
 crash could leave behind. The response is stored beside it when it has been rendered.
 
 PostgreSQL: every write that inserts events is one stored function, installed from its
-source (`app/store/postgres/sql/*.sql`): create, fork and claim/close of a run join the
-appends and run steps of 0005-0007; every one of them that a request drives takes the key
+source as it was then (`migrations/sql/0008/`): create, fork and claim/close of a run join
+the appends and run steps of 0005-0007; every one of them that a request drives takes the key
 (named parameters with defaults), and an append skips itself when its first event id is
 already in the ledger (a write token: a batch re-sent after a lost reply applies nothing
 twice). The functions of 0005-0007 whose signature changed are dropped first.
@@ -26,12 +26,25 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from app.store.postgres.install import install
-
 revision: str = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+_SOURCES = (
+    "insert_events",
+    "insert_snapshot",
+    "seal_idempotency",
+    "create_session",
+    "fork_session",
+    "append_events",
+    "append_batch",
+    "session_tail",
+    "run_start",
+    "run_claim",
+    "run_step",
+    "run_close",
+)
 
 _OLD = (
     "asr_append_batch(text[], text[], bigint[], bigint[], timestamptz[], integer[],"
@@ -65,6 +78,15 @@ _NEW = (
     "asr_run_close(text, text, timestamptz, jsonb)",
 )
 
+# The functions' SQL as this migration installed it, kept beside the migrations
+# (migrations/sql/<revision>/): never today's app/store/postgres/sql, which the repeatable
+# step installs after the last migration (app/store/postgres/install.py).
+_FROZEN = Path(__file__).resolve().parents[1] / "sql"
+
+
+def _sql(revision: str, name: str) -> str:
+    return (_FROZEN / revision / f"{name}.sql").read_text()
+
 
 def _json() -> sa.types.TypeEngine:
     return sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -80,7 +102,8 @@ def upgrade() -> None:
         return
     for signature in _OLD:
         op.execute(f"DROP FUNCTION IF EXISTS {signature}")
-    install(op.execute)
+    for name in _SOURCES:
+        op.execute(_sql(revision, name))
 
 
 def _previous(filename: str) -> Any:

@@ -9,7 +9,7 @@ connection nor a compromised app role was contained. Now:
    that names none sees nothing.
 2. The work that must span tenants (auth by key prefix, stream key checks, the run
    sweeper, expired Idempotency-Keys, the operators' tenant lookups) is one SECURITY
-   DEFINER function each (`app/store/postgres/sql/`, see install.py). They run as the role
+   DEFINER function each (`migrations/sql/0009/`, see install.py). They run as the role
    running this migration: the tables' owner (or a superuser, who passes anyway).
 3. `cross_tenant_*` policies let that role, and it only, read the tables those functions
    read (and delete from `idempotency_keys`), and only while `app.cross_tenant` is `on`:
@@ -24,10 +24,9 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from alembic import op
-
-from app.store.postgres.install import install
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -58,15 +57,24 @@ CROSS_TENANT_POLICIES = (
     ("idempotency_keys", "SELECT"),
     ("idempotency_keys", "DELETE"),
 )
+# Source name, and the signature the downgrade drops.
 _FUNCTIONS = (
-    "asr_key_by_prefix(text)",
-    "asr_live_key_prefixes(text[])",
-    "asr_tenant_by_name(text)",
-    "asr_list_tenants()",
-    "asr_count_tenants()",
-    "asr_stale_runs(integer)",
-    "asr_delete_expired_idempotency_keys()",
+    ("key_by_prefix", "asr_key_by_prefix(text)"),
+    ("live_key_prefixes", "asr_live_key_prefixes(text[])"),
+    ("tenant_by_name", "asr_tenant_by_name(text)"),
+    ("list_tenants", "asr_list_tenants()"),
+    ("count_tenants", "asr_count_tenants()"),
+    ("stale_runs", "asr_stale_runs(integer)"),
+    ("delete_expired_idempotency_keys", "asr_delete_expired_idempotency_keys()"),
 )
+# The functions' SQL as this migration installed it, kept beside the migrations
+# (migrations/sql/<revision>/): never today's app/store/postgres/sql, which the repeatable
+# step installs after the last migration (app/store/postgres/install.py).
+_FROZEN = Path(__file__).resolve().parents[1] / "sql"
+
+
+def _sql(revision: str, name: str) -> str:
+    return (_FROZEN / revision / f"{name}.sql").read_text()
 
 
 def _policy(command: str) -> str:
@@ -83,13 +91,16 @@ def upgrade() -> None:
             f"CREATE POLICY {_policy(command)} ON {table} FOR {command} TO CURRENT_USER"
             f" USING ({_CROSS_TENANT_ON})"
         )
-    install(op.execute)
+    # SECURITY DEFINER, so EXECUTE is taken from PUBLIC (a new function grants it).
+    for name, signature in _FUNCTIONS:
+        op.execute(_sql(revision, name))
+        op.execute(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC")
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    for signature in _FUNCTIONS:
+    for _name, signature in _FUNCTIONS:
         op.execute(f"DROP FUNCTION IF EXISTS {signature}")
     for table, command in CROSS_TENANT_POLICIES:
         op.execute(f"DROP POLICY IF EXISTS {_policy(command)} ON {table}")

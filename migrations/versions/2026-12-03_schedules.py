@@ -6,7 +6,7 @@ fired; `schedule_fires` records what every tick did (the run it started, or why 
 carry `tenant_id` and get the tenant wall of migration 0009.
 
 PostgreSQL: every replica's scheduler finds due schedules across tenants through one
-SECURITY DEFINER function, `asr_due_schedules` (app/store/postgres/sql/due_schedules.sql),
+SECURITY DEFINER function, `asr_due_schedules` (migrations/sql/0011/due_schedules.sql),
 which reads `schedules` through the owner-only `cross_tenant_select` policy; claiming and
 recording a tick are written in the tenant's own transaction.
 
@@ -16,12 +16,11 @@ Create Date: 2026-12-03
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
-
-from app.store.postgres.install import install
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -32,6 +31,16 @@ JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgres
 TIMESTAMP = sa.DateTime(timezone=True)
 _WALL = "tenant_id = current_setting('app.tenant_id', true)"
 _CROSS_TENANT_ON = "current_setting('app.cross_tenant', true) = 'on'"
+
+
+# The function's SQL as this migration installed it, kept beside the migrations
+# (migrations/sql/<revision>/): never today's app/store/postgres/sql, which the repeatable
+# step installs after the last migration (app/store/postgres/install.py).
+_FROZEN = Path(__file__).resolve().parents[1] / "sql"
+
+
+def _sql(revision: str, name: str) -> str:
+    return (_FROZEN / revision / f"{name}.sql").read_text()
 
 
 def upgrade() -> None:
@@ -106,7 +115,9 @@ def upgrade() -> None:
         "CREATE POLICY cross_tenant_select ON schedules FOR SELECT TO CURRENT_USER"
         f" USING ({_CROSS_TENANT_ON})"
     )
-    install(op.execute)
+    op.execute(_sql(revision, "due_schedules"))
+    # SECURITY DEFINER, so EXECUTE is taken from PUBLIC (a new function grants it).
+    op.execute("REVOKE EXECUTE ON FUNCTION asr_due_schedules(integer) FROM PUBLIC")
 
 
 def downgrade() -> None:

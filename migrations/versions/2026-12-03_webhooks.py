@@ -7,15 +7,17 @@ row per (active subscription, matching event) in the transaction that inserts th
 a delivery commits exactly when its event does, whichever writer inserted it, and the
 writers themselves are untouched:
 
-- PostgreSQL: a statement-level AFTER INSERT trigger with a transition table, which returned
-  after one index probe when the tenant had no active subscription; since migration 0015
-  `asr_insert_events` calls `asr_webhook_outbox` (app/store/postgres/sql/webhook_outbox.sql)
-  after that same probe instead, and this migration no longer makes the trigger;
+- PostgreSQL: a statement-level AFTER INSERT trigger with a transition table
+  (`asr_webhook_outbox`, migrations/sql/0010/webhook_outbox.sql), which returns after one
+  index probe when the tenant has no active subscription (migration 0015 drops it:
+  `asr_insert_events` calls a new `asr_webhook_outbox` after that same probe instead);
 - SQLite: an AFTER INSERT row trigger whose WHEN clause is that same probe.
 
 PostgreSQL: both tables get the tenant wall (FORCE ROW LEVEL SECURITY), and the deliverers'
 cross-tenant claim (`asr_webhook_claim`, SECURITY DEFINER) the owner's `cross_tenant_*`
-policies it needs: reading subscriptions, reading and updating deliveries.
+policies it needs: reading subscriptions, reading and updating deliveries. The functions
+installed since 0009 come with it: `asr_append_events` looks its write token up by event id
+alone.
 
 Revision ID: 0010
 Revises: 0009
@@ -23,12 +25,11 @@ Create Date: 2026-12-03
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
-
-from app.store.postgres.install import install
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -43,10 +44,12 @@ CROSS_TENANT_POLICIES = (
     ("webhook_deliveries", "SELECT"),
     ("webhook_deliveries", "UPDATE"),
 )
-_FUNCTIONS = (
-    "asr_webhook_claim(text, integer, integer)",
-    "asr_webhook_outbox()",
-    "asr_webhook_outbox(text, text, bigint, bigint)",
+_FUNCTIONS = ("asr_webhook_claim(text, integer, integer)", "asr_webhook_outbox()")
+
+_PG_TRIGGER = (
+    "CREATE TRIGGER webhook_outbox AFTER INSERT ON session_events"
+    " REFERENCING NEW TABLE AS asr_new_events"
+    " FOR EACH STATEMENT EXECUTE FUNCTION asr_webhook_outbox()"
 )
 
 # SQLite: `->>` with a label reads that key of the metadata object (3.38+); json_each's
@@ -76,6 +79,16 @@ BEGIN
           WHERE (s.metadata ->> f.key) IS NOT f.value));
 END
 """
+
+
+# The functions' SQL as this migration installed it, kept beside the migrations
+# (migrations/sql/<revision>/): never today's app/store/postgres/sql, which the repeatable
+# step installs after the last migration (app/store/postgres/install.py).
+_FROZEN = Path(__file__).resolve().parents[1] / "sql"
+
+
+def _sql(revision: str, name: str) -> str:
+    return (_FROZEN / revision / f"{name}.sql").read_text()
 
 
 def _json() -> sa.types.TypeEngine:
@@ -177,10 +190,12 @@ def upgrade() -> None:
             f"CREATE POLICY cross_tenant_{command.lower()} ON {table} FOR {command}"
             f" TO CURRENT_USER USING ({_CROSS_TENANT_ON})"
         )
-    # `install` puts in head's sources, whose `asr_insert_events` fills the outbox itself
-    # (migration 0015, which also drops the trigger this migration made before it). The
-    # trigger is made here no more: with head's sources it would fill the outbox twice.
-    install(op.execute)
+    op.execute(_sql(revision, "append_events"))
+    op.execute(_sql(revision, "webhook_outbox"))
+    op.execute(_sql(revision, "webhook_claim"))
+    # SECURITY DEFINER, so EXECUTE is taken from PUBLIC (a new function grants it).
+    op.execute("REVOKE EXECUTE ON FUNCTION asr_webhook_claim(text, integer, integer) FROM PUBLIC")
+    op.execute(_PG_TRIGGER)
 
 
 def downgrade() -> None:
@@ -191,6 +206,7 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         for signature in _FUNCTIONS:
             op.execute(f"DROP FUNCTION IF EXISTS {signature}")
+        op.execute(_sql("0008", "append_events"))
     op.drop_index(
         op.f("ix_webhook_deliveries_status_next_attempt_at"), table_name="webhook_deliveries"
     )

@@ -16,11 +16,10 @@ Create Date: 2026-12-04
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
-
-from app.store.postgres.install import install
 
 revision: str = "0013"
 down_revision: str | None = "0012"
@@ -30,31 +29,14 @@ depends_on: str | Sequence[str] | None = None
 _INDEX = "ix_sessions_tenant_id_active_run_id"
 _HOLDS_A_RUN = sa.text("active_run_id IS NOT NULL")
 
-# 0009's sweeper query, for the downgrade.
-_PREVIOUS = """
-CREATE OR REPLACE FUNCTION asr_stale_runs(p_limit integer) RETURNS SETOF runs
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, public, pg_temp
-AS $fn$
-DECLARE
-    was text := current_setting('app.cross_tenant', true);
-BEGIN
-    PERFORM set_config('app.cross_tenant', 'on', true);
-    RETURN QUERY
-        (SELECT r.* FROM runs AS r
-          WHERE r.status IN ('queued', 'running') AND r.lease_expires_at < now()
-          LIMIT p_limit)
-        UNION ALL
-        (SELECT r.* FROM runs AS r
-           JOIN sessions AS s ON s.tenant_id = r.tenant_id AND s.active_run_id = r.run_id
-          WHERE r.status NOT IN ('queued', 'running')
-          LIMIT p_limit);
-    PERFORM set_config('app.cross_tenant', coalesce(was, ''), true);
-END
-$fn$;
-"""
+# The functions' SQL as each migration installed it, kept beside the migrations
+# (migrations/sql/<revision>/): never today's app/store/postgres/sql, which the repeatable
+# step installs after the last migration (app/store/postgres/install.py).
+_FROZEN = Path(__file__).resolve().parents[1] / "sql"
+
+
+def _sql(revision: str, name: str) -> str:
+    return (_FROZEN / revision / f"{name}.sql").read_text()
 
 
 def upgrade() -> None:
@@ -66,10 +48,10 @@ def upgrade() -> None:
         sqlite_where=_HOLDS_A_RUN,
     )
     if op.get_bind().dialect.name == "postgresql":
-        install(op.execute)
+        op.execute(_sql(revision, "stale_runs"))
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(_PREVIOUS)
+        op.execute(_sql("0009", "stale_runs"))
     op.drop_index(_INDEX, table_name="sessions")

@@ -14,13 +14,11 @@ from app.runtime.memory.compaction import (
     compaction_failure,
     plan_auto_compaction,
 )
-from app.runtime.ports import IdempotencyToken
+from app.runtime.ports import IdempotencyToken, SessionWriter
 from app.runtime.runs.agent import agent_spec
 from app.runtime.session.event_payloads import BreakerReset
 from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.service import Loaded, SessionRuntime
-
-_RETRIES = 8
 
 
 def policy_of(agent: dict[str, Any]) -> CompactionPolicy:
@@ -76,8 +74,10 @@ async def compact_session(
         CompactionFailed: the summary failed (the failure is recorded and counts toward the
             breaker).
     """
-    for _ in range(_RETRIES):
-        loaded = await runtime.load(tenant_id, session_id)
+
+    async def write(
+        loaded: Loaded, writer: SessionWriter
+    ) -> tuple[dict[str, Any] | None, CompactionFailed | None]:
         policy = policy_of(loaded.session.agent).model_copy(update=overrides or {})
         events: list[NewEvent] = []
         state = loaded.state
@@ -95,20 +95,21 @@ async def compact_session(
             except CompactionFailed as exc:
                 failed = exc
                 events.append(compaction_failure(state, policy, exc.detail).event())
-        try:
-            await runtime.append(
-                tenant_id,
-                session_id,
-                events,
-                expected_seq=loaded.session.last_seq,
-                idempotency=idempotency if failed is None else None,
-            )
-        except SeqConflict:
-            continue
-        if failed is not None:
-            raise failed
-        return await runtime.load(tenant_id, session_id), result
-    raise SeqConflict(-1, -1)
+        await writer.append_events(
+            tenant_id,
+            session_id,
+            events=events,
+            expected_seq=loaded.session.last_seq,
+            idempotency=idempotency if failed is None else None,
+        )
+        return result, failed
+
+    # A compaction that lost to another writer is planned again under the session's hold
+    # (`SessionRuntime.decided`): a summary then waits on the model with the session held.
+    result, failed = await runtime.decided(tenant_id, session_id, write)
+    if failed is not None:
+        raise failed
+    return await runtime.load(tenant_id, session_id), result
 
 
 def compact_result_of(events: list[Event]) -> dict[str, Any] | None:

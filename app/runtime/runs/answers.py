@@ -1,13 +1,13 @@
 """What a client writes between runs: results of its own tool calls, replaced outputs, and
-approval decisions. Each is decided on the session as read and written only if the session
-is still that version, so two answers racing each other cannot both land."""
+approval decisions. Each is decided on the session's current state (`SessionRuntime.decided`),
+so two answers racing each other cannot both land: the second finds nothing pending."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from app.runtime.errors import NothingPending, RunAlreadyActive
-from app.runtime.ports import AppendResult, IdempotencyToken
+from app.runtime.ports import AppendResult, IdempotencyToken, SessionWriter
 from app.runtime.session import event_payloads as ev
 from app.runtime.session.events import NewEvent
 from app.runtime.session.service import Loaded, SessionRuntime
@@ -72,13 +72,16 @@ async def append_checked(
     *,
     idempotency: IdempotencyToken | None = None,
 ) -> AppendResult:
-    """Append the events `make_events` decides on the session as just read, only if the
-    session is still at that seq (409 otherwise)."""
-    loaded = await runtime.load(tenant_id, session_id)
-    return await runtime.append(
-        tenant_id,
-        session_id,
-        make_events(loaded),
-        expected_seq=loaded.session.last_seq,
-        idempotency=idempotency,
-    )
+    """Append the events `make_events` decides on the session's current state
+    (`SessionRuntime.decided`: never lost to another writer)."""
+
+    async def write(loaded: Loaded, writer: SessionWriter) -> AppendResult:
+        return await writer.append_events(
+            tenant_id,
+            session_id,
+            events=make_events(loaded),
+            expected_seq=loaded.session.last_seq,
+            idempotency=idempotency,
+        )
+
+    return await runtime.decided(tenant_id, session_id, write)

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from app.logs import task_context
@@ -21,7 +22,6 @@ from app.runtime.errors import (
     AgentSessionError,
     NothingPending,
     RunNotFound,
-    SeqConflict,
     StaleSession,
     ToolCallsPending,
     TooManyRequests,
@@ -36,6 +36,7 @@ from app.runtime.ports import (
     RunControl,
     RunRecord,
     RunSignal,
+    SessionWriter,
 )
 from app.runtime.runs.answers import Prefix
 from app.runtime.runs.execute import LiveRun, RunExecutor
@@ -52,8 +53,17 @@ from app.runtime.tools.registry import ToolRegistry
 LIVE_STATUSES = ("queued", "running")
 # How often a wait for a run of another process looks at its row.
 _WAIT_POLL_SECONDS = 0.2
-# Fresh reads a start with a prefix tries before it gives up on a busy session (409).
-_FRESH_TRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Created:
+    """A run just created, and the session state it was decided on."""
+
+    loaded: Loaded
+    run: RunRecord
+    started: AppendResult | None  # None: queued
+    options: RunOptions
+    first_events: list[NewEvent]
 
 
 class RunManager:
@@ -120,45 +130,49 @@ class RunManager:
         `idempotency` is recorded in the start's transaction. `prefix(loaded)` gives events
         to write before the run's own, in the same transaction, decided on the session as
         `loaded` has it (answers to pending tool calls that the run then continues from): the
-        start is then conditional on the session still being that version.
+        start is then conditional on the session still being that version, and decided
+        again on the current state when it was not (`SessionRuntime.decided`).
 
         Raises:
             SessionNotFound, RunAlreadyActive (multitask "reject"), ToolCallsPending,
-            NothingPending (from `prefix`), IdempotentReplay, SeqConflict (`prefix` and the
-            session kept changing).
+            NothingPending (from `prefix`), IdempotentReplay.
         """
         self._check_rate(tenant_id)
+        if request.multitask == "interrupt":
+            # Before the start is decided: the cancel is a write of its own to the session,
+            # which must not wait on a hold of the start (`SessionRuntime.decided`).
+            active = (await self.runtime.get(tenant_id, session_id)).active_run_id
+            if active:
+                await self.cancel(tenant_id, session_id, active)
         # The cached view of the session, when this process has one, spares a read: the
         # start is then conditional on the session still being that version (StaleSession
-        # otherwise, and the start is redone on a fresh read).
+        # otherwise, and the start is decided on the current state instead).
         loaded = self.runtime.cached(tenant_id, session_id)
         created = None
         if loaded is not None and request.multitask == "reject":
             try:
                 created = await self._create(
-                    tenant_id, session_id, request, loaded, idempotency, prefix, expected=True
-                )
+                    tenant_id, session_id, request, loaded, idempotency, prefix, self.runtime.store,
+                    expected=True,
+                )  # fmt: skip
             except (StaleSession, ToolCallsPending, NothingPending):
                 pass  # the cached view may be behind: decide on a fresh read
-        for _ in range(_FRESH_TRIES if created is None else 0):
-            loaded = await self.runtime.load(tenant_id, session_id)
-            try:
-                created = await self._create(
-                    tenant_id,
-                    session_id,
-                    request,
-                    loaded,
-                    idempotency,
-                    prefix,
-                    expected=prefix is not None,
-                )
-                break
-            except StaleSession:
-                continue  # written to since our read (only with a prefix): read again
         if created is None:
-            raise SeqConflict(-1, -1)
-        assert loaded is not None  # `created` was made on it
-        record, started, options, first_events = created
+
+            async def write(current: Loaded, writer: SessionWriter) -> _Created:
+                return await self._create(
+                    tenant_id, session_id, request, current, idempotency, prefix, writer,
+                    expected=prefix is not None,
+                )  # fmt: skip
+
+            created = await self.runtime.decided(tenant_id, session_id, write)
+        loaded = created.loaded
+        record, started, options, first_events = (
+            created.run,
+            created.started,
+            created.options,
+            created.first_events,
+        )
         queued = started is None
         self._recent[tenant_id].append(time.monotonic())
         live = LiveRun(run=record)
@@ -184,11 +198,12 @@ class RunManager:
         loaded: Loaded,
         idempotency: IdempotencyToken | None,
         prefix: Prefix | None,
+        writer: SessionWriter,
         *,
         expected: bool,
-    ) -> tuple[RunRecord, AppendResult | None, RunOptions, list[NewEvent]]:
+    ) -> _Created:
         """Check the request against the session as `loaded` has it, then create the run
-        (only if the session is still that version, with `expected`)."""
+        with `writer` (only if the session is still that version, with `expected`)."""
         options = self.planner.resolve_options(loaded.session.agent, request)
         if request.input is not None:
             waiting = [
@@ -198,8 +213,6 @@ class RunManager:
             ]
             if waiting:
                 raise ToolCallsPending(waiting)
-        if request.multitask == "interrupt" and loaded.session.active_run_id:
-            await self.cancel(tenant_id, session_id, loaded.session.active_run_id)
         run_id = f"run_{uuid.uuid4().hex}"
         first_events = start_events(run_id, request, options)
         if prefix is not None:
@@ -222,8 +235,8 @@ class RunManager:
                 max_live_runs=self.max_live_runs,
                 idempotency=idempotency,
             )
-            return record, None, options, first_events
-        record, started = await self.runtime.start_run(
+            return _Created(loaded, record, None, options, first_events)
+        record, started = await writer.start_run(
             tenant_id,
             session_id,
             values=values,
@@ -232,7 +245,7 @@ class RunManager:
             expected=(loaded.session.version, loaded.session.created_at) if expected else None,
             idempotency=idempotency,
         )
-        return record, started, options, first_events
+        return _Created(loaded, record, started, options, first_events)
 
     def _check_rate(self, tenant_id: str) -> None:
         """Runs per minute (this replica's window). Live runs per tenant (all replicas) are

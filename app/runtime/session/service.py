@@ -11,9 +11,10 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from app.runtime.errors import (
     BindingMismatch,
@@ -23,6 +24,7 @@ from app.runtime.errors import (
     InvalidRequest,
     SeqConflict,
     SessionNotFound,
+    StaleSession,
     TooManyRequests,
     VersionConflict,
 )
@@ -37,7 +39,9 @@ from app.runtime.ports import (
     NoLiveFrames,
     RunRecord,
     RuntimeStore,
+    SessionLoad,
     SessionRecord,
+    SessionWriter,
     TenantCursor,
     TenantPage,
 )
@@ -48,7 +52,7 @@ from app.runtime.session.projector import apply_event, fold
 from app.runtime.session.state import SessionState, validate_recovery_object
 
 _CACHE_MAX = 1024
-_RETRIES = 8
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +120,22 @@ class SessionRuntime:
     async def load(self, tenant_id: str, session_id: str) -> Loaded:
         """The session and its current state: cache or snapshot, plus the tail of events."""
         cached = self._cache.get((tenant_id, session_id))
-        found = await self.store.load_session(
-            tenant_id, session_id, base=(cached[0].created_at, cached[1].seq) if cached else None
-        )
+        found = await self.store.load_session(tenant_id, session_id, base=_base_of(cached))
         if found is None:
             raise SessionNotFound(session_id)
+        state = self._state_of(found, cached)
+        if len(found.tail) >= self.limits.snapshot_every:
+            # Long tails are folded once and kept: resume stays O(events since snapshot).
+            await self.store.save_snapshot(
+                tenant_id, session_id, seq=state.seq, kind="auto", state=state.to_json()
+            )
+        self.remember(found.session, state)
+        return Loaded(session=found.session, state=state.copy())
+
+    def _state_of(
+        self, found: SessionLoad, cached: tuple[SessionRecord, SessionState] | None
+    ) -> SessionState:
+        """The fold of what `load_session` found, on the cached state when it is the base."""
         record, tail = found.session, found.tail
         base: SessionState | None
         if found.from_base and cached is not None:
@@ -130,15 +145,35 @@ class SessionRuntime:
         state = fold(base, tail)
         if state.seq != record.last_seq:
             raise RuntimeError(
-                f"ledger of {session_id} ends at {state.seq}, row says {record.last_seq}"
+                f"ledger of {record.session_id} ends at {state.seq}, row says {record.last_seq}"
             )
-        if len(tail) >= self.limits.snapshot_every:
-            # Long tails are folded once and kept: resume stays O(events since snapshot).
-            await self.store.save_snapshot(
-                tenant_id, session_id, seq=state.seq, kind="auto", state=state.to_json()
-            )
-        self.remember(record, state)
-        return Loaded(session=record, state=state.copy())
+        return state
+
+    async def decided(
+        self,
+        tenant_id: str,
+        session_id: str,
+        write: Callable[[Loaded, SessionWriter], Awaitable[T]],
+    ) -> T:
+        """`write(loaded, writer)`: a write decided on the session's current state, which
+        never fails because another writer got in between.
+
+        It is tried first on the state as read, conditional on it (`expected_seq` or the
+        version: SeqConflict or StaleSession when it lost); a write that lost is decided
+        again while the store holds the session (`SessionStore.hold`), where no other
+        writer can change it. A precondition of the caller's own (If-Match) still fails.
+        """
+        loaded = await self.load(tenant_id, session_id)
+        try:
+            return await write(loaded, self.store)
+        except (SeqConflict, StaleSession):
+            pass
+        key = (tenant_id, session_id)
+        async with self.store.hold(tenant_id, session_id) as held:
+            cached = self._cache.get(key)
+            found = await held.load(base=_base_of(cached))
+            state = self._state_of(found, cached)
+            return await write(Loaded(session=found.session, state=state), held)
 
     def cached(self, tenant_id: str, session_id: str) -> Loaded | None:
         """The session as this process last wrote or read it, without asking the store; it
@@ -424,8 +459,8 @@ class SessionRuntime:
         idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
         """Load snapshot + tail, check the binding, and record SESSION_RESUMED."""
-        for _ in range(_RETRIES):
-            loaded = await self.load(tenant_id, session_id)
+
+        async def write(loaded: Loaded, writer: SessionWriter) -> Loaded:
             if binding is not None and binding != loaded.session.binding:
                 raise BindingMismatch(
                     "the session is bound elsewhere", stored_binding=loaded.session.binding
@@ -433,18 +468,16 @@ class SessionRuntime:
             resumed = ev.SessionResumed(
                 resumed_at_seq=loaded.session.last_seq, binding=loaded.session.binding
             )
-            try:
-                result = await self.store.append_events(
-                    tenant_id,
-                    session_id,
-                    events=[resumed.event()],
-                    expected_seq=loaded.session.last_seq,
-                    idempotency=idempotency,
-                )
-            except SeqConflict:
-                continue
+            result = await writer.append_events(
+                tenant_id,
+                session_id,
+                events=[resumed.event()],
+                expected_seq=loaded.session.last_seq,
+                idempotency=idempotency,
+            )
             return self._after_write(result, fold(loaded.state, result.events))
-        raise SeqConflict(-1, -1)
+
+        return await self.decided(tenant_id, session_id, write)
 
     async def fork(
         self,
@@ -621,38 +654,31 @@ class SessionRuntime:
         tenant_id: str,
         session_id: str,
         kind: str,
-        make_events: Any,
+        make_events: Callable[[Loaded], builtins.list[NewEvent]],
         *,
         if_match: int | None,
         idempotency: IdempotencyToken | None = None,
     ) -> Loaded:
-        """Append events and a snapshot of the resulting fold, in one transaction.
+        """Append events and a snapshot of the resulting fold, in one transaction: decided
+        on the state at the session's last seq (`decided`)."""
 
-        The fold is computed from the state at the session's last seq, so the append is
-        conditional on that seq (retried a few times when another writer got in between).
-        """
-        for _ in range(_RETRIES):
-            loaded = await self.load(tenant_id, session_id)
+        async def write(loaded: Loaded, writer: SessionWriter) -> Loaded:
             if if_match is not None and loaded.session.version != if_match:
                 raise VersionConflict(if_match, loaded.session.version)
             events = make_events(loaded)
             after = _fold_new(loaded.state, events, session_id=session_id)
-            try:
-                result = await self.store.append_events(
-                    tenant_id,
-                    session_id,
-                    events=events,
-                    expected_seq=loaded.session.last_seq,
-                    expected_version=if_match,
-                    snapshot=(kind, after.to_json()),
-                    idempotency=idempotency,
-                )
-            except SeqConflict:
-                if if_match is not None:
-                    raise
-                continue
+            result = await writer.append_events(
+                tenant_id,
+                session_id,
+                events=events,
+                expected_seq=loaded.session.last_seq,
+                expected_version=if_match,
+                snapshot=(kind, after.to_json()),
+                idempotency=idempotency,
+            )
             return self._after_write(result, fold(loaded.state, result.events))
-        raise SeqConflict(-1, -1)
+
+        return await self.decided(tenant_id, session_id, write)
 
     def _after_write(self, result: AppendResult, state: SessionState) -> Loaded:
         self.remember(result.session, state)
@@ -673,6 +699,11 @@ class SessionRuntime:
         self._cache.move_to_end(key)
         while len(self._cache) > _CACHE_MAX:
             self._cache.popitem(last=False)
+
+
+def _base_of(cached: tuple[SessionRecord, SessionState] | None) -> tuple[datetime, int] | None:
+    """The (created_at, seq) a load may start from: the cached state's."""
+    return (cached[0].created_at, cached[1].seq) if cached is not None else None
 
 
 def _fold_new(state: SessionState, events: list[NewEvent], *, session_id: str) -> SessionState:

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from app.runtime.errors import (
@@ -133,11 +133,15 @@ class Functions:
         *,
         columns: str = "*",
         max_live: int | None = None,
+        conn: AsyncConnection | None = None,
         **params: Any,
     ) -> Any:
-        """The one row of `function(**params)` (None when it returns no row)."""
+        """The one row of `function(**params)` (None when it returns no row); inside the
+        open transaction of `conn` when one is given (a held session's write)."""
         sql = named_call(function, tuple(params), columns)
         try:
+            if conn is not None:
+                return await call_in(conn, sql, tuple(params.values()))
             return await call(
                 self.engine, sql, tuple(params.values()), in_transaction=self.in_transaction
             )
@@ -196,6 +200,18 @@ async def call(
             await _raise_as_sqlalchemy(engine, fairy, adapter, sql, exc)
     finally:
         await asyncio.shield(greenlet_spawn(fairy.close))
+
+
+async def call_in(conn: AsyncConnection, sql: str, args: tuple[Any, ...]) -> Any:
+    """`call`'s one row, inside the open transaction of `conn`: it commits with that
+    transaction (a refusal still raises `Refused`, and the caller's block rolls back)."""
+    driver: Any = (await conn.get_raw_connection()).driver_connection
+    try:
+        return await driver.fetchrow(sql, *args)
+    except asyncpg.PostgresError as exc:
+        if str(getattr(exc, "sqlstate", "")).startswith("AS"):
+            raise Refused(exc) from exc
+        raise
 
 
 async def _raise_as_sqlalchemy(

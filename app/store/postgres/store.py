@@ -17,10 +17,12 @@ spans tenants is `PostgresCrossTenant`'s (`cross_tenant.py`): SECURITY DEFINER f
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnClause, literal_column, select, text, tuple_
+from sqlalchemy import ColumnClause, bindparam, literal_column, select, text, tuple_
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -33,26 +35,42 @@ from app.runtime.errors import (
 )
 from app.runtime.ports import (
     AppendResult,
+    HeldSession,
     IdempotencyToken,
     NewSession,
     RunFinish,
     RunRecord,
     SessionLoad,
+    SessionRecord,
     TenantCursor,
     TenantPage,
 )
 from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.metadata import check_metadata_size, merge_patch
-from app.store.base import event_from_mapping, event_from_row, session_from_mapping, utcnow
+from app.store.base import (
+    event_from_mapping,
+    event_from_row,
+    note_appended,
+    session_from_mapping,
+    session_from_row,
+    utcnow,
+)
 from app.store.engine import behind_pgbouncer
 from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.notify import NOTIFY_INTERVAL, Notifier
-from app.store.postgres.calls import EventArrays, Functions, Refused, refusal
+from app.store.postgres.calls import (
+    APPEND_EVENTS,
+    EventArrays,
+    Functions,
+    Refused,
+    call_in,
+    refusal,
+)
 from app.store.postgres.cross_tenant import PostgresCrossTenant
 from app.store.postgres.group_commit import AppendGroups
 from app.store.runs import json_text, run_from_mapping
 from app.store.store import AgentSessionStore
-from app.store.tables import session_events
+from app.store.tables import session_events, sessions
 from app.tracing import span
 
 # `SET LOCAL`, as a function so the tenant can be a bind parameter: it ends with the
@@ -65,8 +83,15 @@ _SEAL = text(
 _SPAN = {"db.system": "postgresql"}
 _RUN_COLUMNS = "o_session, o_run, o_xact_id, o_positions"
 _SESSION_COLUMNS = "o_session, o_xact_id, o_positions"
-# A metadata patch is merged onto the version read, conditionally: tries before giving up.
-_PATCH_TRIES = 8
+# The session row, locked against every other writer until the transaction ends (`hold`).
+_LOCK_SESSION = (
+    select(sessions)
+    .where(
+        sessions.c.tenant_id == bindparam("g_tenant"),
+        sessions.c.session_id == bindparam("g_session"),
+    )
+    .with_for_update()
+)
 
 
 class PostgresStore(PostgresCrossTenant, AgentSessionStore):
@@ -232,34 +257,34 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
     ) -> AppendResult:
         """One call of `asr_append_events` (through group commit).
 
-        A metadata patch is merged here onto the row as read, and the append is made
-        conditional on that version (read again and merged again when another write got
-        in between), so the merge and its size check stay the same Python code on both
-        databases.
+        A metadata patch is merged under the session's lock (`hold`): onto the row as it is
+        when no other writer can change it, so concurrent patches queue and none is lost.
         """
+        if metadata_patch is not None:
+            async with self.hold(tenant_id, session_id) as held:
+                return await held.append_events(
+                    tenant_id, session_id, events=events, expected_seq=expected_seq,
+                    expected_version=expected_version, metadata_patch=metadata_patch,
+                    snapshot=snapshot, idempotency=idempotency,
+                )  # fmt: skip
         self.check_append(events, expected_seq, snapshot)
         arrays = EventArrays.of(events, self._persistable_json)
-        if metadata_patch is None:
-            return await self._append(
-                tenant_id, session_id, arrays, expected_seq, expected_version, None, snapshot,
-                idempotency,
-            )  # fmt: skip
-        for _ in range(_PATCH_TRIES):
-            current = await self.get_session(tenant_id, session_id)
-            if current is None:
+        return await self._append(
+            tenant_id, session_id, arrays, expected_seq, expected_version, None, snapshot,
+            idempotency,
+        )  # fmt: skip
+
+    @asynccontextmanager
+    async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[HeldSession]:
+        """A write transaction that has locked the session's row (`FOR UPDATE`): every
+        other writer of the session, on any replica, waits on that lock until it ends."""
+        async with self.write(tenant_id) as conn:
+            row = (
+                await conn.execute(_LOCK_SESSION, {"g_tenant": tenant_id, "g_session": session_id})
+            ).first()
+            if row is None:
                 raise SessionNotFound(session_id)
-            merged = self.redactor.value(merge_patch(current.metadata, metadata_patch))
-            check_metadata_size(merged, limit=self.max_metadata_bytes)
-            version = current.version if expected_version is None else expected_version
-            try:
-                return await self._append(
-                    tenant_id, session_id, arrays, expected_seq, version, merged, snapshot,
-                    idempotency,
-                )  # fmt: skip
-            except VersionConflict:
-                if expected_version is not None:
-                    raise
-        raise VersionConflict(-1, -1)
+            yield _PostgresHold(self, conn, session_from_row(row))
 
     async def _append(
         self,
@@ -271,7 +296,10 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         metadata: dict[str, Any] | None,
         snapshot: tuple[str, dict[str, Any]] | None,
         idempotency: IdempotencyToken | None,
+        conn: AsyncConnection | None = None,
     ) -> AppendResult:
+        """`asr_append_events`: through group commit, or in `conn`'s open transaction (a
+        held session's write, announced when that transaction commits)."""
         now = utcnow()
         snap = self._snapshot(snapshot)
         args = (
@@ -289,7 +317,10 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         )
         with span("store.write", **_SPAN):
             try:
-                row = await self.append_groups.append(args)
+                if conn is None:
+                    row = await self.append_groups.append(args)
+                else:
+                    row = await call_in(conn, APPEND_EVENTS, args)
             except Refused as refused:
                 raise refusal(refused.cause, session_id=session_id) from None
         if row is None:
@@ -300,7 +331,11 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
             raise SeqConflict(expected_seq or 0, row["last_seq"])
         record = session_from_mapping(row)
         written = arrays.written(session_id, row["first_seq"], now, row["positions"] or [])
-        self.committed(tenant_id, session_id, written)
+        if conn is None:
+            self.committed(tenant_id, session_id, written)
+        else:
+            self.touch(conn, tenant_id, session_id, record.last_seq, written)
+            note_appended(conn, [e.type for e in written])
         return AppendResult(session=record, events=written)
 
     async def load_session(
@@ -407,7 +442,10 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         max_live_runs: int | None = None,
         expected: tuple[int, datetime] | None = None,
         idempotency: IdempotencyToken | None = None,
+        conn: AsyncConnection | None = None,
     ) -> tuple[RunRecord, AppendResult]:
+        """One call of `asr_run_start`; in `conn`'s open transaction when given (a held
+        session's write, announced when that transaction commits)."""
         arrays = EventArrays.of(start_events, self._persistable_json)
         now = values["created_at"]
         version, created_at = expected or (None, None)
@@ -416,6 +454,7 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
                 "asr_run_start",
                 columns=_RUN_COLUMNS,
                 max_live=max_live_runs,
+                conn=conn,
                 p_tenant=tenant_id,
                 p_session=session_id,
                 p_run=values["run_id"],
@@ -430,7 +469,21 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
                 **arrays.params(),
                 **self._key(idempotency),
             )
-        return self._run_result(row, arrays, now)
+        if conn is None:
+            return self._run_result(row, arrays, now)
+        run, started = run_from_mapping(row["o_run"]), self._held_result(conn, row, arrays, now)
+        return run, started
+
+    def _held_result(
+        self, conn: AsyncConnection, row: Any, arrays: EventArrays, now: datetime
+    ) -> AppendResult:
+        """`_committed` for a call in a held transaction: announced when it commits."""
+        record = session_from_mapping(row["o_session"])
+        first = record.last_seq - len(arrays.ids) + 1
+        written = arrays.written(record.session_id, first, now, row["o_positions"] or [])
+        self.touch(conn, record.tenant_id, record.session_id, record.last_seq, written)
+        note_appended(conn, [e.type for e in written])
+        return AppendResult(session=record, events=written)
 
     def _run_result(
         self, row: Any, arrays: EventArrays, now: datetime
@@ -521,3 +574,70 @@ class PostgresStore(PostgresCrossTenant, AgentSessionStore):
         if not row["o_closed"]:
             return None
         return self._committed(row, arrays, now)
+
+
+class _PostgresHold:
+    """A session held by `PostgresStore.hold`: its writes are the store's, made in the
+    transaction that holds the row lock; a metadata patch is merged onto the row as the
+    lock found it (or as this hold's own last write left it)."""
+
+    def __init__(self, store: PostgresStore, conn: AsyncConnection, record: SessionRecord):
+        self.store = store
+        self.conn = conn
+        self.record = record
+
+    async def load(self, *, base: tuple[datetime, int] | None = None) -> SessionLoad:
+        return await self.store._load(self.conn, self.record, base)
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        self._check(tenant_id, session_id)
+        store = self.store
+        store.check_append(events, expected_seq, snapshot)
+        if expected_version is not None and expected_version != self.record.version:
+            raise VersionConflict(expected_version, self.record.version)
+        merged = None
+        if metadata_patch is not None:
+            merged = store.redactor.value(merge_patch(self.record.metadata, metadata_patch))
+            check_metadata_size(merged, limit=store.max_metadata_bytes)
+        arrays = EventArrays.of(events, store._persistable_json)
+        result = await store._append(
+            tenant_id, session_id, arrays, expected_seq, expected_version, merged, snapshot,
+            idempotency, self.conn,
+        )  # fmt: skip
+        self.record = result.session
+        return result
+
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]:
+        self._check(tenant_id, session_id)
+        run, started = await self.store.start_run(
+            tenant_id, session_id, values=values, start_events=start_events,
+            max_live_runs=max_live_runs, expected=expected, idempotency=idempotency,
+            conn=self.conn,
+        )  # fmt: skip
+        self.record = started.session
+        return run, started
+
+    def _check(self, tenant_id: str, session_id: str) -> None:
+        if (tenant_id, session_id) != (self.record.tenant_id, self.record.session_id):
+            raise ValueError("a held session writes to itself only")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -51,10 +53,12 @@ from app.runtime.errors import (
 )
 from app.runtime.ports import (
     AppendResult,
+    HeldSession,
     IdempotencyToken,
     NewSession,
     RunFinish,
     RunRecord,
+    SessionLoad,
     SessionRecord,
     TenantCursor,
     TenantPage,
@@ -165,6 +169,7 @@ def _reserve_for_run(finishing: bool) -> Any:
 
 class SqliteStore(SqliteCrossTenant, AgentSessionStore):
     dialect: ClassVar[str] = "sqlite"
+    _write_lock: asyncio.Lock  # always one here (__init__)
 
     def __init__(self, engine: AsyncEngine, **options: Any) -> None:
         super().__init__(engine, **options)
@@ -174,11 +179,17 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         self.writer = SqliteWriter(engine.url, sqlite_synchronous(engine), self._write_lock)
         self.writer.attach(self)
 
-    async def _write(self, work: JobOf[_T]) -> _T:
+    async def _write(self, work: JobOf[_T], *, held: bool = False) -> _T:
         """`work` in a committed write transaction of the writer; then, as `write` does after
-        its commit, this process's listeners are woken and the appended events counted."""
+        its commit, this process's listeners are woken and the appended events counted.
+
+        `held`: the caller holds the write lock already (`hold`)."""
+        job: Job = functools.partial(self._collected, work=work)
         with span("store.write", **{"db.system": "sqlite"}):
-            done = await self.writer.run(lambda conn: self._collected(conn, work), self._announce)
+            if held:
+                done = await self.writer.run_held(job, self._announce)
+            else:
+                done = await self.writer.run(job, self._announce)
         if done.error is not None:
             raise done.error
         return cast(_T, done.value)  # what `work` returned
@@ -192,7 +203,7 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             self.observer.events_appended(appended)
 
     @staticmethod
-    async def _collected(conn: AsyncConnection, work: Job) -> Any:
+    async def _collected(conn: AsyncConnection, *, work: Job) -> Any:
         conn.info[APPENDED] = []  # note_appended collects the job's event types here
         return await work(conn)
 
@@ -312,7 +323,12 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         metadata_patch: dict[str, Any] | None = None,
         snapshot: tuple[str, dict[str, Any]] | None = None,
         idempotency: IdempotencyToken | None = None,
+        held: bool = False,
     ) -> AppendResult:
+        """The UPDATE of the session row reserves the seqs (and applies a metadata patch to
+        the row as the single writer finds it), then the events are inserted: one job.
+
+        `held`: made by `hold`'s session, whose caller holds the write lock."""
         self.check_append(events, expected_seq, snapshot)
         n = len(events)
 
@@ -331,7 +347,17 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             await self.seal(conn, tenant_id, idempotency, committed_result(result))
             return result
 
-        return cast(AppendResult, await self._write(work))
+        return cast(AppendResult, await self._write(work, held=held))
+
+    @asynccontextmanager
+    async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[HeldSession]:
+        """The write lock of this process, which every SQLite write takes (the writer's
+        transactions and the pool's): SQLite has one writer, and one process serves it.
+        Reads go on meanwhile (WAL)."""
+        async with self._write_lock:
+            if await self.get_session(tenant_id, session_id) is None:
+                raise SessionNotFound(session_id)
+            yield _SqliteHold(self, tenant_id, session_id)
 
     async def _reserve(
         self,
@@ -638,7 +664,11 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
         max_live_runs: int | None = None,
         expected: tuple[int, datetime] | None = None,
         idempotency: IdempotencyToken | None = None,
+        held: bool = False,
     ) -> tuple[RunRecord, AppendResult]:
+        """The run's row and its first events, with the session claimed for it: one job.
+
+        `held`: made by `hold`'s session, whose caller holds the write lock."""
 
         async def work(conn: AsyncConnection) -> Any:
             await self.check_live_runs(conn, tenant_id, max_live_runs)
@@ -667,7 +697,7 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             await self.seal(conn, tenant_id, idempotency, committed_result(started, run.run_id))
             return run, started
 
-        return await self._write(work)
+        return cast(tuple[RunRecord, AppendResult], await self._write(work, held=held))
 
     async def claim_run(
         self,
@@ -882,3 +912,59 @@ class SqliteStore(SqliteCrossTenant, AgentSessionStore):
             return AppendResult(session=record, events=written)
 
         return await self._write(work)
+
+
+class _SqliteHold:
+    """A session held by `SqliteStore.hold`: reads through the pool, writes through the
+    writer without taking the lock its caller holds."""
+
+    def __init__(self, store: SqliteStore, tenant_id: str, session_id: str) -> None:
+        self.store = store
+        self.key = (tenant_id, session_id)
+
+    async def load(self, *, base: tuple[datetime, int] | None = None) -> SessionLoad:
+        found = await self.store.load_session(*self.key, base=base)
+        if found is None:
+            raise SessionNotFound(self.key[1])
+        return found
+
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        self._check(tenant_id, session_id)
+        return await self.store.append_events(
+            tenant_id, session_id, events=events, expected_seq=expected_seq,
+            expected_version=expected_version, metadata_patch=metadata_patch,
+            snapshot=snapshot, idempotency=idempotency, held=True,
+        )  # fmt: skip
+
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        values: dict[str, Any],
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]:
+        self._check(tenant_id, session_id)
+        return await self.store.start_run(
+            tenant_id, session_id, values=values, start_events=start_events,
+            max_live_runs=max_live_runs, expected=expected, idempotency=idempotency,
+            held=True,
+        )  # fmt: skip
+
+    def _check(self, tenant_id: str, session_id: str) -> None:
+        if (tenant_id, session_id) != self.key:
+            raise ValueError("a held session writes to itself only")

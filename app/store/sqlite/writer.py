@@ -181,6 +181,15 @@ class SqliteWriter:
             self._draining = asyncio.get_running_loop().create_task(self._drain())
         return await future
 
+    async def run_held(self, job: Job, committed: Committed | None = None) -> Done:
+        """`run`, for a caller that holds the write lock already (`SqliteStore.hold`): no
+        transaction is running, and none can start until the caller lets go."""
+        work = asyncio.get_running_loop().run_in_executor(self._executor, self._transact, [job])
+        if committed is not None:
+            work.add_done_callback(lambda f: _report(f, committed))
+        [outcome] = await asyncio.shield(work)
+        return outcome
+
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_sync)
 

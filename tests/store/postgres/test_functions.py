@@ -1,8 +1,9 @@
 """The stored functions in the database are exactly their sources (PostgreSQL only).
 
-Their SQL lives once, in `app/store/postgres/sql/*.sql`, installed by migrations; a
-function changed in the database by hand, a source edited without a migration that installs
-it, or an old overload left behind by a signature change all fail here.
+Their SQL lives once, in `app/store/postgres/sql/*.sql`, installed by the repeatable step at
+the end of an upgrade to head (`app/store/postgres/install.py`); a function changed in the
+database by hand, a source the step did not install, or an old overload left behind by a
+signature change without a migration that drops it all fail here.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@
 -- conditionally on the row's version, so one replica fires a tick and the others skip it.
 -- A claimed tick's next_fire_at is still the tick that was due, so one range of the
 -- (status, next_fire_at) index holds both kinds, and a poll reads only due rows.
--- The result names its columns (no table type): the function is created by migrations
--- older than the table, and PL/pgSQL resolves the body only when it runs.
+-- The result is the two columns the schedulers read (o_tenant, o_schedule).
 CREATE OR REPLACE FUNCTION asr_due_schedules(p_limit integer)
 RETURNS TABLE (o_tenant text, o_schedule text)
 LANGUAGE plpgsql

@@ -1,0 +1,132 @@
+-- A whole append in one call, so one round trip and one commit when called outside an
+-- explicit transaction:
+-- 1. scope the transaction to the tenant (the row-level policies bind it; SECURITY INVOKER
+--    keeps the caller's rights, so the app role stays walled in);
+-- 2. the write token: when the first event id is already in the ledger, this very append
+--    committed before (a retry after a lost reply): answer with what it wrote, write nothing;
+-- 3. reserve the seqs with the UPDATE of the session row (it takes the row lock, so appends
+--    to one session queue here and seqs come out gapless), only when the expected seq /
+--    version match (NULL: no condition); no row updated: return the row with appended false,
+--    or nothing when there is no session;
+-- 4. insert the events, and with p_snapshot_* the snapshot of the fold at the new last seq
+--    (the caller knows that fold only under p_expected_seq); p_metadata replaces the row's
+--    metadata (a merge patch the caller applied to the version it read: p_expected_version);
+-- 5. record the Idempotency-Key, if any, in this same transaction.
+CREATE OR REPLACE FUNCTION asr_append_events(
+    p_tenant text,
+    p_session text,
+    p_expected_seq bigint,
+    p_expected_version bigint,
+    p_now timestamptz,
+    p_events jsonb,
+    p_idem_key text DEFAULT NULL,
+    p_idem_hash text DEFAULT NULL,
+    p_idem_expires timestamptz DEFAULT NULL,
+    p_metadata jsonb DEFAULT NULL,
+    p_snapshot_kind text DEFAULT NULL,
+    p_snapshot_state text DEFAULT NULL,
+    p_snapshot_hash text DEFAULT NULL
+) RETURNS TABLE (
+    appended boolean,
+    first_seq bigint,
+    tenant_id varchar,
+    session_id varchar,
+    root_session_id varchar,
+    parent_session_id varchar,
+    forked_from_seq bigint,
+    status varchar,
+    metadata jsonb,
+    agent jsonb,
+    binding jsonb,
+    last_seq bigint,
+    version bigint,
+    active_run_id varchar,
+    created_at timestamptz,
+    updated_at timestamptz,
+    xact_id bigint,
+    positions bigint[]
+)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    n integer := coalesce(jsonb_array_length(p_events), 0);
+    s sessions%ROWTYPE;
+    v_first bigint;
+    v_xact bigint;
+    v_positions bigint[];
+BEGIN
+    PERFORM set_config('app.tenant_id', p_tenant, true);
+
+    IF n > 0 THEN
+        -- By the event id alone, so that the one index that answers it (unique on
+        -- event_id) is the plan: a generic plan that also named the session would walk
+        -- the session's rows by its primary key instead.
+        SELECT e.seq INTO v_first FROM session_events AS e
+         WHERE e.event_id = (p_events->0->>'id');
+        IF FOUND THEN
+            SELECT x.* INTO s FROM sessions AS x
+             WHERE x.tenant_id = p_tenant AND x.session_id = p_session;
+            SELECT array_agg(e.position ORDER BY e.seq) INTO v_positions
+              FROM session_events AS e
+             WHERE e.tenant_id = p_tenant AND e.session_id = p_session
+               AND e.seq BETWEEN v_first AND v_first + n - 1;
+            RETURN QUERY SELECT true, v_first, s.tenant_id, s.session_id, s.root_session_id,
+                s.parent_session_id, s.forked_from_seq, s.status, s.metadata, s.agent,
+                s.binding, s.last_seq, s.version, s.active_run_id, s.created_at,
+                s.updated_at, NULL::bigint, v_positions;
+            RETURN;
+        END IF;
+    END IF;
+
+    UPDATE sessions AS x
+       SET last_seq = x.last_seq + n, version = x.version + 1, updated_at = p_now,
+           metadata = coalesce(p_metadata, x.metadata)
+     WHERE x.tenant_id = p_tenant AND x.session_id = p_session
+       AND (p_expected_seq IS NULL OR x.last_seq = p_expected_seq)
+       AND (p_expected_version IS NULL OR x.version = p_expected_version)
+    RETURNING x.* INTO s;
+
+    IF NOT FOUND THEN
+        SELECT x.* INTO s FROM sessions AS x
+         WHERE x.tenant_id = p_tenant AND x.session_id = p_session;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        RETURN QUERY SELECT false, NULL::bigint, s.tenant_id, s.session_id,
+            s.root_session_id, s.parent_session_id, s.forked_from_seq, s.status, s.metadata,
+            s.agent, s.binding, s.last_seq, s.version, s.active_run_id, s.created_at,
+            s.updated_at, NULL::bigint, NULL::bigint[];
+        RETURN;
+    END IF;
+
+    v_first := s.last_seq - n + 1;
+    v_xact := pg_current_xact_id()::text::bigint;
+    v_positions := asr_insert_events(
+        p_tenant, p_session, s.last_seq, v_xact, p_now,
+        p_events
+    );
+    IF p_snapshot_kind IS NOT NULL THEN
+        PERFORM asr_insert_snapshot(
+            p_tenant, p_session, s.last_seq, p_snapshot_kind, p_snapshot_state, p_snapshot_hash,
+            p_now
+        );
+    END IF;
+    IF p_idem_key IS NOT NULL THEN
+        PERFORM asr_seal_idempotency(
+            p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
+            jsonb_build_object(
+                'session_id', p_session, 'first_seq', v_first, 'last_seq', s.last_seq,
+                'version', s.version
+            )
+        );
+    END IF;
+
+    RETURN QUERY SELECT true, v_first, s.tenant_id, s.session_id, s.root_session_id,
+        s.parent_session_id, s.forked_from_seq, s.status, s.metadata, s.agent, s.binding,
+        s.last_seq, s.version, s.active_run_id, s.created_at, s.updated_at,
+        v_xact, v_positions;
+END
+$fn$;
