@@ -38,8 +38,8 @@ from app.api.deps import BlueprintsDep, RunsDep, RunStreamsDep, RuntimeDep, Tena
 from app.api.problems import problem_responses
 from app.api.run_stream import RunFollow, RunStreams
 from app.api.schemas import SESSION_ID_PATTERN
-from app.api.sse import StreamEnd
-from app.api.sse_response import StreamResponse
+from app.live.stream_response import StreamResponse
+from app.live.timeline import StreamEnd
 from app.runtime.access.accounts import Principal
 from app.runtime.errors import (
     AgentSessionError,

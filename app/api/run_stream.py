@@ -19,8 +19,9 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
-from app.api.sse import Batch, StreamEnd, replay_then_live, run_timeline, session_frames
-from app.api.sse_response import StreamResponse, StreamStop
+from app.api.sse import session_frames
+from app.live.stream_response import StreamResponse, StreamStop
+from app.live.timeline import Batch, StreamEnd, replay_then_live, run_timeline
 from app.runtime.ports import LiveBus, RunRecord
 from app.runtime.session.events import Event
 from app.runtime.session.service import SessionRuntime

@@ -17,16 +17,10 @@ from app.api.deps import RuntimeDep, SettingsDep, StreamGrantDep, TenantDep
 from app.api.events import _types
 from app.api.problems import problem_responses
 from app.api.schemas import StreamTokenCreate, StreamTokenRead
-from app.api.sse import (
-    replay_then_live,
-    session_cursor,
-    session_frames,
-    tenant_cursor,
-    tenant_frames,
-    tenant_timeline,
-)
-from app.api.sse_response import StreamResponse, StreamStop
+from app.api.sse import session_cursor, session_frames, tenant_cursor, tenant_frames
 from app.api.views import rfc3339
+from app.live.stream_response import StreamResponse, StreamStop
+from app.live.timeline import replay_then_live, tenant_timeline
 from app.runtime.access.stream_tokens import StreamGrant
 from app.runtime.errors import CursorOutOfRange, SessionNotFound, Unauthorized
 from app.runtime.ports import TenantCursor, TenantPage
