@@ -50,8 +50,8 @@ from app.api.metrics import Metrics
 from app.api.openapi import install_openapi, operation_id
 from app.api.problems import install_problem_handlers
 from app.api.revocation import StreamRevocationMiddleware
-from app.api.run_stream import RunStreams
 from app.live.listener import make_bus
+from app.live.run_follow import RunStreams
 from app.live.stream_response import StreamShutdown, StreamSlots
 from app.logs import configure_logging
 from app.runtime.access.accounts import Accounts
