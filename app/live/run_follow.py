@@ -23,7 +23,7 @@ from contextlib import ExitStack, contextmanager
 
 from app.live.stream_response import StreamStop
 from app.live.timeline import Batch, StreamEnd, replay_then_live, run_timeline
-from app.runtime.ports import LiveBus, RunRecord
+from app.runtime.ports import LiveDelivery, RunRecord
 from app.runtime.session.events import Event
 from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Subscription
@@ -117,7 +117,7 @@ class RunStreams:
 
     def __init__(
         self,
-        bus: LiveBus,
+        bus: LiveDelivery,
         runtime: SessionRuntime,
         settings: Settings,
         *,

@@ -149,7 +149,12 @@ class _Touched:
 
 
 class Announcer:
-    """Collects the sessions a write transaction appended to, and announces them."""
+    """Collects the sessions a write transaction appended to, and announces them.
+
+    `listeners` are called after every commit, in this process: the live path's
+    `publish_committed` (`app.runtime.ports.LiveDelivery`) registers itself there, so the
+    store needs nothing of it but this callable.
+    """
 
     def __init__(self, *, notifier: Notifier | None = None) -> None:
         self.notifier = notifier
