@@ -152,7 +152,7 @@ class RunManager:
         if loaded is not None and request.multitask == "reject":
             try:
                 created = await self._create(
-                    tenant_id, session_id, request, loaded, idempotency, prefix, self.runtime.store,
+                    tenant_id, session_id, request, loaded, idempotency, prefix, self.runtime.writer,
                     expected=True,
                 )  # fmt: skip
             except (StaleSession, ToolCallsPending, NothingPending):
