@@ -50,8 +50,9 @@ from app.api.metrics import Metrics
 from app.api.openapi import install_openapi, operation_id
 from app.api.problems import install_problem_handlers
 from app.api.revocation import StreamRevocationMiddleware
-from app.api.run_stream import RunStreams
-from app.api.sse_response import StreamShutdown, StreamSlots
+from app.live.listener import make_bus
+from app.live.run_follow import RunStreams
+from app.live.stream_response import StreamShutdown, StreamSlots
 from app.logs import configure_logging
 from app.runtime.access.accounts import Accounts
 from app.runtime.access.revocation import RevocationWatch
@@ -75,7 +76,6 @@ from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
 from app.runtime.webhooks.service import Webhooks
 from app.runtime.webhooks.targets import TargetPolicy, parse_networks
 from app.settings import Settings, get_settings, split_origins
-from app.store.bus import make_bus
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
 from app.store.outage import OUTAGES

@@ -1,6 +1,8 @@
 """The layering rules of docs/ARCHITECTURE.md, checked on the imports themselves: the
-runtime imports neither FastAPI nor SQLAlchemy nor the store, and the API talks to the
-runtime, never to the store (issue #16). Only `app.main` assembles the store and the API."""
+runtime imports neither FastAPI nor SQLAlchemy nor the store nor the live path, and the API
+talks to the runtime and the live path, never to the store (issue #16). The live path
+(`app.live`) reads the store, the store never imports it, and neither imports the API: no
+circle between the packages. Only `app.main` assembles the store and the API."""
 
 from __future__ import annotations
 
@@ -37,8 +39,26 @@ def test_the_api_never_imports_the_store() -> None:
 
 
 def test_the_runtime_imports_neither_http_nor_sql_nor_the_store() -> None:
-    forbidden = ("app.store", "app.api", "fastapi", "starlette", "sqlalchemy", "asyncpg")
+    forbidden = (
+        "app.store",
+        "app.api",
+        "app.live",
+        "fastapi",
+        "starlette",
+        "sqlalchemy",
+        "asyncpg",
+    )
     assert offending("runtime", forbidden) == []
+
+
+def test_the_store_never_imports_the_live_path_nor_the_api() -> None:
+    """The store announces its commits (`app.store.announce`); the live path listens."""
+    assert offending("store", ("app.live", "app.api", "fastapi", "starlette")) == []
+
+
+def test_the_live_path_never_imports_the_api() -> None:
+    """The API imports the live path (timelines, the stream response), never the reverse."""
+    assert offending("live", ("app.api", "app.main", "fastapi")) == []
 
 
 def store_reads(package: str, *, through_runtime: bool) -> list[str]:

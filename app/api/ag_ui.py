@@ -36,10 +36,10 @@ from app.api.ag_ui_history import lags_behind, reconcile, snapshot_messages
 from app.api.ag_ui_stream import Translator
 from app.api.deps import BlueprintsDep, RunsDep, RunStreamsDep, RuntimeDep, TenantDep
 from app.api.problems import problem_responses
-from app.api.run_stream import RunFollow, RunStreams
 from app.api.schemas import SESSION_ID_PATTERN
-from app.api.sse import StreamEnd
-from app.api.sse_response import StreamResponse
+from app.live.run_follow import RunFollow, RunStreams
+from app.live.stream_response import StreamResponse
+from app.live.timeline import StreamEnd
 from app.runtime.access.accounts import Principal
 from app.runtime.errors import (
     AgentSessionError,

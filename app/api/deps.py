@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.api.run_stream import RunStreams
+from app.live.run_follow import RunStreams
 from app.logs import bind
 from app.runtime.access.accounts import Accounts, Principal
 from app.runtime.access.stream_tokens import StreamGrant

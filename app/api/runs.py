@@ -18,7 +18,7 @@ from app.api.deps import (
 )
 from app.api.idempotency import idempotent, provisional
 from app.api.problems import problem_responses
-from app.api.run_stream import RunStreams
+from app.api.run_stream import run_stream_response
 from app.api.schemas import (
     ApprovalRequest,
     ContinueRead,
@@ -30,6 +30,7 @@ from app.api.schemas import (
     UsageRead,
 )
 from app.api.views import rfc3339, usage_json
+from app.live.run_follow import RunStreams
 from app.runtime.access.accounts import Principal
 from app.runtime.errors import RunNotFound
 from app.runtime.ports import IdempotencyToken, RunRecord
@@ -122,7 +123,9 @@ async def respond(
             await run_view(runtime, run), status_code=202, headers={"Location": location}
         )
     if mode == "stream":
-        return streams.response(tenant_id, run, deltas=include_deltas, instance=location)
+        return run_stream_response(
+            streams, tenant_id, run, deltas=include_deltas, instance=location
+        )
     done = await runs.wait(tenant_id, run.run_id, within_seconds=settings.run_wait_seconds)
     answer = JSONResponse(await run_view(runtime, done), headers={"Location": location})
     # Still running after the wait: not the run's answer, so not what a replay should repeat.

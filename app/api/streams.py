@@ -17,19 +17,13 @@ from app.api.deps import RuntimeDep, SettingsDep, StreamGrantDep, TenantDep
 from app.api.events import _types
 from app.api.problems import problem_responses
 from app.api.schemas import StreamTokenCreate, StreamTokenRead
-from app.api.sse import (
-    replay_then_live,
-    session_cursor,
-    session_frames,
-    tenant_cursor,
-    tenant_frames,
-    tenant_timeline,
-)
-from app.api.sse_response import StreamResponse, StreamStop
+from app.api.sse import session_cursor, session_frames, tenant_cursor, tenant_frames
 from app.api.views import rfc3339
+from app.live.stream_response import StreamResponse, StreamStop
+from app.live.timeline import replay_then_live, tenant_timeline
 from app.runtime.access.stream_tokens import StreamGrant
 from app.runtime.errors import CursorOutOfRange, SessionNotFound, Unauthorized
-from app.runtime.ports import TenantCursor, TenantPage
+from app.runtime.ports import LiveBus, LiveDelivery, TenantCursor, TenantPage
 from app.runtime.session.events import Event
 from app.runtime.session.subscription import Subscription
 
@@ -91,7 +85,7 @@ async def stream_session_events(
         raise CursorOutOfRange(cursor, record.last_seq)
     wanted = _types(types)
     batch = settings.sse_replay_batch
-    bus = request.app.state.bus
+    bus: LiveDelivery = request.app.state.bus
     stop = StreamStop()
     slot = request.app.state.stream_slots.acquire(tenant_id)
 
@@ -146,7 +140,7 @@ async def stream_tenant_events(
     tenant_id = grant.tenant_id
     cursor = tenant_cursor(last_event_id, after)
     wanted = _types(types)
-    bus = request.app.state.bus
+    bus: LiveBus = request.app.state.bus
     stop = StreamStop()
     slot = request.app.state.stream_slots.acquire(tenant_id)
 

@@ -550,13 +550,48 @@ class LocalControl:
         self._handlers.append(handler)
 
 
-class LiveBus(LiveFrames, RunControl, Protocol):
-    """The event bus as the API and the runtime see it (`app.store.bus.EventBus`): live
-    subscriptions to a session or a tenant, ephemeral frames, run control."""
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """Session `session_id` of `tenant_id` has committed events up to `last_seq` (None:
+    unknown).
+
+    `session_id` None means any session of the tenant may have changed. `events`, in this
+    process only (never sent), are the committed events ending at `last_seq` when the writer
+    has them all (a stored function's append on PostgreSQL, a job of SQLite's writer): the
+    bus hands them on without reading them back.
+    """
+
+    tenant_id: str
+    session_id: str | None = None
+    last_seq: int | None = None
+    events: tuple[Event, ...] = ()
+
+
+class LiveDelivery(LiveFrames, Protocol):
+    """The live path's contract (`app.live`): subscribe to a session from a seq, publish
+    committed events, publish ephemeral deltas (`LiveFrames`).
+
+    The table is the data of record: a subscriber replays it after its cursor and then
+    takes what the subscription delivers, dropping what it has seen by seq
+    (`app.live.timeline.replay_then_live`).
+    """
 
     def subscribe(
         self, tenant_id: str, session_id: str, *, head: int, deltas: bool = False
-    ) -> AbstractContextManager[Subscription]: ...
+    ) -> AbstractContextManager[Subscription]:
+        """The session's events after `head` (a last_seq read before this call) as they
+        commit, and, with `deltas`, its ephemeral frames (the turn so far first)."""
+        ...
+
+    def publish_committed(self, wakeup: Wakeup) -> None:
+        """Events up to `wakeup.last_seq` are committed (the store's `Announcer` calls it
+        after every commit; a NOTIFY from another replica too)."""
+        ...
+
+
+class LiveBus(LiveDelivery, RunControl, Protocol):
+    """The event bus as the API and the runtime see it (`app.live.bus.EventBus`): the live
+    path, tenant subscriptions, run control, gauges."""
 
     def subscribe_tenant(self, tenant_id: str) -> AbstractContextManager[Subscription]: ...
 

@@ -14,10 +14,10 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.observer import NullObserver, Observer
-from app.runtime.ports import SessionRecord
+from app.runtime.ports import SessionRecord, Wakeup
 from app.runtime.session.events import Event
+from app.store.announce import Announcer, Notifier
 from app.store.engine import WRITE_OPTION
-from app.store.notify import Announcer, Notifier, Wakeup
 from app.tracing import span
 
 # The tenant of a transaction that names none. On PostgreSQL the row-level policies admit
@@ -52,7 +52,7 @@ class StoreBase(ABC):
 
     def __init__(self, engine: AsyncEngine, *, notifier: Notifier | None = None) -> None:
         self.engine = engine
-        # Live readers are woken by every transaction that inserts events (see notify.py).
+        # Live readers are woken by every transaction that inserts events (see announce.py).
         self.announcer = Announcer(notifier=notifier)
         # Writers queue here in order (SQLite's single writer) instead of in the database.
         self._write_lock: asyncio.Lock | None = None
@@ -68,7 +68,7 @@ class StoreBase(ABC):
 
         The sessions whose events it inserted (`touch`) are announced after the commit:
         this process's listeners at once, other replicas by a NOTIFY the `Notifier` sends
-        right after (notify.py); a rolled-back transaction announces nothing. Events
+        right after (announce.py); a rolled-back transaction announces nothing. Events
         inserted in it are reported to the observer (metrics) after the commit, once per
         transaction.
         """

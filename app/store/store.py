@@ -31,9 +31,9 @@ from app.runtime.ports import (
 from app.runtime.session.events import NewEvent
 from app.runtime.session.redaction import Redactor
 from app.store.accounts import AccountStore
+from app.store.announce import NOTIFY_INTERVAL, Notifier
 from app.store.base import NO_TENANT
 from app.store.maintenance import MaintenanceStore
-from app.store.notify import NOTIFY_INTERVAL, Notifier
 from app.store.runs import RunStore
 from app.store.schedules import ScheduleStore
 from app.store.webhooks import WebhookTables

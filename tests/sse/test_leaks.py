@@ -13,7 +13,7 @@ import gc
 
 import httpx
 
-from app.api.sse_response import StreamResponse, StreamSlots, StreamStop
+from app.live.stream_response import StreamResponse, StreamSlots, StreamStop
 from app.settings import Settings
 from tests.conftest import Server, TenantKey
 from tests.sse.conftest import RawStream, append_item, gauges, new_session, read_frames, wait_until

@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from app.runtime.errors import PayloadTooLarge, SeqConflict, SessionNotFound, VersionConflict
-from app.runtime.ports import NewSession
+from app.runtime.ports import NewSession, Wakeup
 from app.runtime.session.events import EventType, NewEvent
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.notify import Wakeup
 from app.store.store import AgentSessionStore, store_for
 from tests.conftest import TenantKey
 

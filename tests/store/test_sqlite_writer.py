@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from app.runtime.errors import IdempotentReplay, SeqConflict, SessionNotFound
-from app.runtime.ports import IdempotencyToken, NewSession
+from app.runtime.ports import IdempotencyToken, NewSession, Wakeup
 from app.runtime.session.events import EventType, NewEvent
-from app.store.notify import Wakeup
 from app.store.sqlite.store import SqliteStore
 from app.store.sqlite.writer import SqliteWriter, _reap, _retire
 from app.store.store import AgentSessionStore

@@ -3,7 +3,7 @@
 Whoever fences a run (any replica) sends an "interrupt" control message (`RunControl`: the
 bus, NOTIFY on PostgreSQL); the replica executing the run aborts its model call or tool at
 once. If the message is lost, the owner's next lease renewal finds the fence (the fallback).
-Live clients follow a run through the bus like any timeline (`app.api.sse.run_timeline`):
+Live clients follow a run through the bus like any timeline (`app.live.timeline.run_timeline`):
 nothing here pushes to them but the ephemeral delta frames.
 """
 
@@ -152,7 +152,7 @@ class RunManager:
         if loaded is not None and request.multitask == "reject":
             try:
                 created = await self._create(
-                    tenant_id, session_id, request, loaded, idempotency, prefix, self.runtime.store,
+                    tenant_id, session_id, request, loaded, idempotency, prefix, self.runtime.writer,
                     expected=True,
                 )  # fmt: skip
             except (StaleSession, ToolCallsPending, NothingPending):

@@ -149,6 +149,12 @@ class SessionRuntime:
             )
         return state
 
+    @property
+    def writer(self) -> SessionWriter:
+        """The store's writes decided on a session's state, for a caller that decides on a
+        view of its own (a cached one) and falls back to `decided`."""
+        return self.store
+
     async def decided(
         self,
         tenant_id: str,

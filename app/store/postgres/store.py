@@ -5,7 +5,7 @@ snapshot), a run's start, claim, steps and close: each is one call of its functi
 `sql/*.sql` (see `calls.py`), one round trip and one commit, with the tenant scope, the
 seq reservation under the session row lock, the events, a snapshot and the Idempotency-Key
 all inside it. Appends go through group commit (`group_commit.py`): concurrent appends
-share one call and one commit. Wake-ups go out after the commit (`app.store.notify`).
+share one call and one commit. Wake-ups go out after the commit (`app.store.announce`).
 
 Reads are the shared SQL of `LedgerStore`, except two that this database does in its own
 way: the event read goes through the bare driver inside the read transaction, and the
@@ -47,6 +47,7 @@ from app.runtime.ports import (
 )
 from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.metadata import check_metadata_size, merge_patch
+from app.store.announce import NOTIFY_INTERVAL, Notifier
 from app.store.base import (
     event_from_mapping,
     event_from_row,
@@ -57,7 +58,6 @@ from app.store.base import (
 )
 from app.store.engine import behind_pgbouncer
 from app.store.ledger import EVENT_COLUMN_LIST
-from app.store.notify import NOTIFY_INTERVAL, Notifier
 from app.store.postgres.calls import (
     APPEND_EVENTS,
     EventArrays,

@@ -18,9 +18,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.errors import SeqConflict, SessionNotFound
+from app.runtime.ports import Wakeup
 from app.settings import Settings
+from app.store.announce import CHANNEL, MAX_PAYLOAD_BYTES
 from app.store.engine import make_engine
-from app.store.notify import CHANNEL, MAX_PAYLOAD_BYTES, Wakeup
 from app.store.store import AgentSessionStore, store_for
 from app.store.tables import session_events
 from tests import pgbouncer

@@ -1,4 +1,4 @@
-"""The delta relay (app/store/deltas.py) and its NOTIFY payloads (app/store/delta_wire.py).
+"""The delta relay (app/live/delta_relay.py) and its NOTIFY payloads (app/live/delta_wire.py).
 
 Pure: a relay delivers to a list, and "another replica" is a second relay fed the first
 one's messages, as the LISTEN connection would feed them.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.store.delta_wire import END, MAX_PAYLOAD_BYTES, DeltaMessage, decode, encode, split
-from app.store.deltas import DeltaRelay
+from app.live.delta_relay import DeltaRelay
+from app.live.delta_wire import END, MAX_PAYLOAD_BYTES, DeltaMessage, decode, encode, split
 
 T, S = "tenant", "session"
 

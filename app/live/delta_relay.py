@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.store.delta_wire import END, DeltaMessage, DeltaNotifier, split
+from app.live.delta_wire import END, DeltaMessage, DeltaNotifier, split
 
-log = logging.getLogger("app.store.deltas")
+log = logging.getLogger("app.live.deltas")
 
 Key = tuple[str, str]  # (tenant_id, session_id)
 # (tenant_id, session_id, frames, after_seq): see `DeltaMessage.after_seq`.

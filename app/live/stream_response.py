@@ -28,7 +28,6 @@ from typing import Any
 
 import anyio
 from sse_starlette import ServerSentEvent
-from sse_starlette.sse import SendTimeoutError, ensure_bytes
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -36,11 +35,27 @@ from app.runtime.errors import TooManyStreams
 from app.runtime.session.subscription import Subscription
 from app.settings import Settings
 
-log = logging.getLogger("app.api.sse")
+log = logging.getLogger("app.live.stream_response")
 
 _HEADERS = {"Cache-Control": "no-store", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 _SEP = "\r\n"
 _END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+class SendTimeoutError(TimeoutError):
+    """A send to the client blocked `sse_send_timeout_seconds`: the stream is closed."""
+
+
+def encode_frame(data: Any) -> bytes:
+    """A frame of the body as bytes: bytes as they are, a `ServerSentEvent` encoded, a dict
+    as a `ServerSentEvent`'s fields, anything else as the data of one."""
+    if isinstance(data, bytes | memoryview):
+        return bytes(data)
+    if isinstance(data, ServerSentEvent):
+        return data.encode()
+    if isinstance(data, dict):
+        return ServerSentEvent(**{**data, "sep": _SEP}).encode()
+    return ServerSentEvent(str(data), sep=_SEP).encode()
 
 
 class StreamSlots:
@@ -239,7 +254,7 @@ class StreamResponse(Response):
                 listener = asyncio.get_running_loop().create_task(self._listen(receive, send))
                 async for data in self.body_iterator:
                     async with self._lock:
-                        await self._send(send, _chunk(ensure_bytes(data, _SEP)))
+                        await self._send(send, _chunk(encode_frame(data)))
                 async with self._lock:
                     await self._send(send, _END)
                 complete = True

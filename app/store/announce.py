@@ -1,4 +1,8 @@
-"""Wake-ups for live readers: what a write transaction announces, and how.
+"""Commits announced to live readers: what a write transaction announces, and how.
+
+The store owns this half of the live path because it runs in the store's transaction
+machinery (a transaction's touched sessions, the NOTIFY after its commit); the other half,
+the bus that listens and fans out, is `app.live`, which registers itself as a listener.
 
 A transaction that inserts events records the sessions it touched on its connection (the
 stored-function writes report theirs directly). After the commit, in-process listeners
@@ -24,9 +28,9 @@ fetch the rows from the table. A payload that would exceed `MAX_PAYLOAD_BYTES` (
 very long ids) is sent as `<tenant_id>:` — "something changed in this tenant" — so nothing is
 ever truncated into a wrong session id.
 
-Run control (cancel, interrupt) has a channel of its own, `asr_control`: a message names a
-run that was just fenced, so that the replica executing it aborts its model call or tool at
-once instead of at its next lease renewal (which stays the fallback when a message is lost).
+The same sender carries the live path's other NOTIFYs (`Notifier.send`, `notify_all`): run
+control (`app.live.control_wire`) and token deltas (`app.live.delta_wire`) have channels of
+their own, but one way of sending.
 """
 
 from __future__ import annotations
@@ -38,13 +42,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.runtime.ports import Wakeup
 from app.runtime.session.events import Event
 from app.store.postgres.calls import call
 
-log = logging.getLogger("app.store.notify")
+log = logging.getLogger("app.store.announce")
 
 CHANNEL = "asr_events"
-CONTROL_CHANNEL = "asr_control"
 MAX_PAYLOAD_BYTES = 200  # PostgreSQL allows 8000; a wake-up needs far less
 # The least time between two sends of wake-ups (ASR_SSE_NOTIFY_INTERVAL_MS), in seconds.
 NOTIFY_INTERVAL = 0.005
@@ -55,22 +59,6 @@ _NOTIFY = (
     "SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))"
     " FROM unnest($2::text[]) AS p"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Wakeup:
-    """Session `session_id` of `tenant_id` has events up to `last_seq` (None: unknown).
-
-    `session_id` None means any session of the tenant may have changed. `events`, in this
-    process only (never sent), are the committed events ending at `last_seq` when the writer
-    has them all (a stored function's append on PostgreSQL, a job of SQLite's writer): the
-    bus hands them on without reading them back.
-    """
-
-    tenant_id: str
-    session_id: str | None = None
-    last_seq: int | None = None
-    events: tuple[Event, ...] = ()
 
 
 def encode_wakeup(wakeup: Wakeup) -> str:
@@ -93,23 +81,11 @@ def decode_wakeup(payload: str) -> Wakeup | None:
     return Wakeup(tenant_id, session_id, int(seq))
 
 
-# ------------------------------------------------------------------- run control
-
-
-def encode_control(kind: str, tenant_id: str, run_id: str) -> str | None:
-    """`<kind>:<tenant_id>:<run_id>`, or None when it would not fit a NOTIFY payload (then
-    the owner learns it at its next lease renewal)."""
-    payload = f"{kind}:{tenant_id}:{run_id}"
-    return payload if len(payload.encode()) <= MAX_PAYLOAD_BYTES else None
-
-
-def decode_control(payload: str) -> tuple[str, str, str] | None:
-    """(kind, tenant_id, run_id) of a control payload, or None for one that is not ours."""
-    kind, _, rest = payload.partition(":")
-    tenant_id, _, run_id = rest.partition(":")
-    if not kind or not tenant_id or not run_id:
-        return None
-    return kind, tenant_id, run_id
+async def notify_all(
+    engine: AsyncEngine, channel: str, payloads: list[str], *, in_transaction: bool
+) -> None:
+    """One NOTIFY per payload on `channel`, in order, in one short transaction of its own."""
+    await call(engine, _NOTIFY, (channel, payloads), in_transaction=in_transaction)
 
 
 class Notifier:
@@ -145,18 +121,14 @@ class Notifier:
             batch, self._pending = self._pending, {}
             payloads = [encode_wakeup(Wakeup(t, s, q)) for (t, s), q in batch.items()]
             try:
-                await call(
-                    self.engine, _NOTIFY, (CHANNEL, payloads), in_transaction=self.in_transaction
-                )
+                await notify_all(self.engine, CHANNEL, payloads, in_transaction=self.in_transaction)
             except Exception:  # the events are committed; readers' polls will find them
                 log.warning("sending %d wake-ups failed", len(payloads), exc_info=True)
 
-    async def send_control(self, payload: str) -> None:
-        """One control message to every replica, at once (not coalesced: it is rare and
-        each one names a different run)."""
-        await call(
-            self.engine, _NOTIFY, (CONTROL_CHANNEL, [payload]), in_transaction=self.in_transaction
-        )
+    async def send(self, channel: str, payloads: list[str]) -> None:
+        """Payloads on another channel to every replica, at once (not coalesced: a run
+        control message is rare and each one names a different run)."""
+        await notify_all(self.engine, channel, payloads, in_transaction=self.in_transaction)
 
     async def flush(self) -> None:
         """Wait until every posted wake-up was sent (shutdown, tests)."""
@@ -177,7 +149,12 @@ class _Touched:
 
 
 class Announcer:
-    """Collects the sessions a write transaction appended to, and announces them."""
+    """Collects the sessions a write transaction appended to, and announces them.
+
+    `listeners` are called after every commit, in this process: the live path's
+    `publish_committed` (`app.runtime.ports.LiveDelivery`) registers itself there, so the
+    store needs nothing of it but this callable.
+    """
 
     def __init__(self, *, notifier: Notifier | None = None) -> None:
         self.notifier = notifier

@@ -1,4 +1,4 @@
-"""The replay-then-live merge (`app.api.sse.replay_then_live`) on the real bus and store.
+"""The replay-then-live merge (`app.live.timeline.replay_then_live`) on the real bus and store.
 
 R9 at the function level: 100 connects, each with a 200 ms fault delay between subscribing
 and reading the table, while a writer appends without pause; every connection must get
@@ -15,11 +15,11 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
-from app.api.sse import Batch, StreamEnd, replay_then_live
+from app.live.bus import EventBus, InProcessBus
+from app.live.timeline import Batch, StreamEnd, replay_then_live
 from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
-from app.store.bus import EventBus, InProcessBus
 from app.store.store import AgentSessionStore
 from tests.conftest import TenantKey
 

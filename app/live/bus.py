@@ -11,17 +11,18 @@ cursor: a stream-mode run's events then cost no read back (its server CPU per ru
 invariant: every event at or below it was committed before any current subscriber
 subscribed, or has been pushed to it.
 A stream that subscribes first and then replays the table therefore sees every event, and
-drops the overlap by seq (`app.api.sse.replay_then_live`).
+drops the overlap by seq (`app.live.timeline.replay_then_live`).
 
-`InProcessBus` (SQLite) is woken by this process's commits and by polling (the only way
-to hear another process writing the same file). `PostgresNotifyBus` adds one dedicated
-LISTEN connection per process for the NOTIFYs of every replica (`notify.py`).
+`InProcessBus` (SQLite) is woken by this process's commits (the store's `Announcer` calls
+`publish_committed`) and by polling (the only way to hear another process writing the same
+file). `PostgresNotifyBus` (`listener.py`) adds one dedicated LISTEN connection per process
+for the NOTIFYs of every replica (`app.store.announce`).
 
 Run control rides the same connection on a channel of its own (`asr_control`): a cancel
 taken by any replica reaches the one that executes the run (`send_control`/`on_control`,
 the runtime's `RunControl`). On SQLite it stays in the process.
 
-Token deltas are not in the table: `deltas.py` (the relay) carries them, and keeps the
+Token deltas are not in the table: `delta_relay.py` carries them, and keeps the
 turn in progress for a subscriber that arrives mid-turn; on PostgreSQL its messages travel
 as NOTIFYs on a channel of their own, heard by the same LISTEN connection. Text that follows
 events this bus has not passed on yet waits for them in the session's topic
@@ -33,36 +34,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 from sqlalchemy import select
 
-from app.runtime.ports import RunSignal
+from app.live.control_wire import CONTROL_CHANNEL, encode_control
+from app.live.delta_relay import DeltaRelay
+from app.live.delta_wire import DeltaNotifier
+from app.runtime.ports import RunSignal, Wakeup
 from app.runtime.session.events import Event
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
-from app.settings import Settings
-from app.store.delta_wire import DELTA_CHANNEL, DeltaNotifier
-from app.store.delta_wire import decode as decode_delta
-from app.store.deltas import DeltaRelay
-from app.store.engine import behind_pgbouncer
 from app.store.ledger import LedgerStore
-from app.store.notify import (
-    CHANNEL,
-    CONTROL_CHANNEL,
-    Wakeup,
-    decode_control,
-    decode_wakeup,
-    encode_control,
-)
-from app.store.pg_tls import asyncpg_dsn
 from app.store.tables import sessions
 
-log = logging.getLogger("app.store.bus")
+log = logging.getLogger("app.live.bus")
 
 _DRAIN_CONCURRENCY = 8
 _HEADS_CHUNK = 500
@@ -89,7 +77,8 @@ class _Topic:
 
 
 class EventBus:
-    """Fan-out core shared by both buses; implements the runtime's `LiveFrames`."""
+    """Fan-out core shared by both buses; implements the runtime's `LiveBus` (its live
+    path, `LiveDelivery`: subscribe, publish committed, publish ephemeral)."""
 
     def __init__(
         self,
@@ -128,13 +117,13 @@ class EventBus:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._store.announcer.listeners.append(self.wake)
+        self._store.announcer.listeners.append(self.publish_committed)
         self._tasks.append(asyncio.create_task(self._pump(), name="asr-bus-pump"))
         self._tasks.append(asyncio.create_task(self._poll_forever(), name="asr-bus-poll"))
 
     async def stop(self) -> None:
         with contextlib.suppress(ValueError):
-            self._store.announcer.listeners.remove(self.wake)
+            self._store.announcer.listeners.remove(self.publish_committed)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -256,7 +245,7 @@ class EventBus:
         try:
             # Bounded: a cancel must not hang on a stalled database; the fallback remains.
             async with asyncio.timeout(_CONTROL_SEND_SECONDS):
-                await notifier.send_control(payload)
+                await notifier.send(CONTROL_CHANNEL, [payload])
         except Exception:
             self.control_counters["send_failures"] += 1
             log.warning("sending %s of run %s failed", signal.kind, signal.run_id, exc_info=True)
@@ -271,8 +260,9 @@ class EventBus:
 
     # ------------------------------------------------------------------ wake-ups
 
-    def wake(self, wakeup: Wakeup) -> None:
-        """A session (or, without session_id, any session of a tenant) has new rows."""
+    def publish_committed(self, wakeup: Wakeup) -> None:
+        """A session (or, without session_id, any session of a tenant) has new rows: from
+        this process's commits (with their events when the writer has them) or a NOTIFY."""
         self.counters["wakeups"] += 1
         for sub in self._tenants.get(wakeup.tenant_id, ()):
             sub.poke()
@@ -419,135 +409,3 @@ class EventBus:
 
 class InProcessBus(EventBus):
     """SQLite: woken by this process's commits; polling hears other processes."""
-
-
-class PostgresNotifyBus(EventBus):
-    """PostgreSQL: plus one dedicated LISTEN connection per process, outside the pool.
-
-    A pooled connection is recycled and shared, and a dead one is noticed only at its next
-    use; this one is owned by a task that checks it every `keepalive_seconds` (a LISTEN
-    round trip, which also keeps `pg_stat_activity.query` reading LISTEN), reconnects with
-    backoff when it is lost, re-LISTENs, and only then catches up from the table, so a
-    notification lost while it was down costs latency, never an event.
-    """
-
-    def __init__(
-        self,
-        store: LedgerStore,
-        *,
-        listen_dsn: str,
-        keepalive_seconds: float = 5.0,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(store, **kwargs)
-        self._dsn = listen_dsn
-        self._keepalive = keepalive_seconds
-        # Operators (and the tests) find this process's listener by this name.
-        self.application_name = f"asr-listen:{os.getpid()}"
-        self.listener: dict[str, Any] = {"connected": False, "backend_pid": None, "connects": 0}
-
-    async def start(self) -> None:
-        await super().start()
-        self._tasks.append(asyncio.create_task(self._listen_forever(), name="asr-bus-listen"))
-
-    async def _listen_forever(self) -> None:
-        delay = 0.1
-        while True:
-            try:
-                await self._listen_once()
-                delay = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure of the connection: back off, reconnect
-                log.warning("LISTEN connection failed (%s); reconnecting", type(exc).__name__)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    async def _listen_once(self) -> None:
-        """Connect, LISTEN, catch up, then watch the connection until it is lost."""
-        lost = asyncio.Event()
-        conn = await asyncpg.connect(
-            self._dsn,
-            timeout=10,
-            server_settings={"application_name": self.application_name},
-        )
-        try:
-            conn.add_termination_listener(lambda _conn: lost.set())
-            # Deltas heard before now may have gaps: no catch-up is made from them.
-            self.deltas.forget_remote()
-            await conn.add_listener(CHANNEL, self._on_notification)
-            await conn.add_listener(CONTROL_CHANNEL, self._on_control_notification)
-            await conn.add_listener(DELTA_CHANNEL, self._on_delta)
-            self.listener.update(
-                connected=True,
-                backend_pid=conn.get_server_pid(),
-                connects=self.listener["connects"] + 1,
-            )
-            self.catch_up()
-            while not lost.is_set() and not conn.is_closed():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._keepalive):
-                        await lost.wait()
-                if not lost.is_set():
-                    async with asyncio.timeout(self._keepalive):
-                        await conn.execute(f'LISTEN "{CHANNEL}"')
-        finally:
-            self.listener["connected"] = False
-            await _close(conn, graceful=not lost.is_set())
-
-    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        wakeup = decode_wakeup(payload)
-        if wakeup is not None:
-            self.wake(wakeup)
-
-    def _on_control_notification(
-        self, _conn: object, _pid: int, _channel: str, payload: str
-    ) -> None:
-        decoded = decode_control(payload)
-        if decoded is not None:
-            self._deliver_control(RunSignal(*decoded))
-
-    def _on_delta(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        message = decode_delta(payload)
-        if message is not None:
-            self.deltas.receive(message)
-
-    def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "listener": dict(self.listener)}
-
-
-async def _close(conn: asyncpg.Connection, *, graceful: bool) -> None:
-    if graceful and not conn.is_closed():
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(1.0):
-                await conn.close()
-    conn.terminate()
-
-
-def listen_dsn(settings: Settings) -> str:
-    """The asyncpg DSN of the LISTEN connection: ASR_LISTEN_DATABASE_URL, else the DB URL."""
-    # A pooler in transaction mode cannot LISTEN: prefer the LISTEN URL, then the direct one.
-    # Its TLS parameters are read as the pool reads them (an `ssl=` left in a DSN would go to
-    # the server as a setting, which it refuses).
-    return asyncpg_dsn(settings.listen_database_url or settings.direct_url)
-
-
-def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
-    """The bus for this deployment: NOTIFY on PostgreSQL unless disabled, else in-process."""
-    options: dict[str, Any] = {
-        "queue_size": settings.sse_queue_size,
-        "poll_seconds": settings.sse_poll_seconds,
-        "read_batch": settings.sse_replay_batch,
-        "delta_flush_seconds": settings.sse_delta_flush_ms / 1000,
-    }
-    if store.dialect == "postgresql" and settings.sse_notify:
-        return PostgresNotifyBus(
-            store,
-            listen_dsn=listen_dsn(settings),
-            keepalive_seconds=settings.sse_listen_keepalive_seconds,
-            delta_notifier=DeltaNotifier(
-                store.engine, in_transaction=behind_pgbouncer(store.engine)
-            ),
-            **options,
-        )
-    return InProcessBus(store, **options)

@@ -8,7 +8,7 @@ notification can never splice text silently.
 A message also names the session's last committed seq when its text was produced
 (`after_seq`: the turn's opening events, STEP_START among them, are at or below it), so a
 replica that has not yet passed those events to its subscribers holds the text back until
-it has (`app.store.bus`): a timeline on any replica shows a turn's start before its text.
+it has (`app.live.bus`): a timeline on any replica shows a turn's start before its text.
 
 A payload is a JSON array, `[2, origin, tenant, session, run, turn, kind, offset,
 emitted_at, text, after_seq]` (2: the format's version; version 1, without `after_seq`, is
@@ -33,18 +33,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.postgres.calls import call
+from app.store.announce import notify_all
 
-log = logging.getLogger("app.store.deltas")
+log = logging.getLogger("app.live.deltas")
 
 DELTA_CHANNEL = "asr_deltas"
 MAX_PAYLOAD_BYTES = 7900  # PostgreSQL refuses 8000 and more
 END = "END"  # the kind of the message that ends a turn's text
 _VERSION = 2
-_NOTIFY = (
-    "SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))"
-    " FROM unnest($2::text[]) AS p"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +150,8 @@ class DeltaNotifier:
             payloads = list(self._queue)
             self._queue.clear()
             try:
-                await call(
-                    self.engine,
-                    _NOTIFY,
-                    (DELTA_CHANNEL, payloads),
-                    in_transaction=self.in_transaction,
+                await notify_all(
+                    self.engine, DELTA_CHANNEL, payloads, in_transaction=self.in_transaction
                 )
             except Exception:  # ephemeral: the turn's text is in the ledger at its end
                 self.failures += 1

@@ -15,22 +15,16 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from app.runtime.ports import RunSignal
+from app.live.bus import InProcessBus
+from app.live.control_wire import decode_control, encode_control
+from app.live.delta_wire import DeltaMessage
+from app.live.listener import make_bus
+from app.runtime.ports import RunSignal, Wakeup
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
 from app.settings import Settings
-from app.store.bus import InProcessBus, make_bus
-from app.store.delta_wire import DeltaMessage
-from app.store.notify import (
-    CHANNEL,
-    MAX_PAYLOAD_BYTES,
-    Wakeup,
-    decode_control,
-    decode_wakeup,
-    encode_control,
-    encode_wakeup,
-)
+from app.store.announce import CHANNEL, MAX_PAYLOAD_BYTES, decode_wakeup, encode_wakeup
 from app.store.store import AgentSessionStore
 from app.store.tables import session_events
 from tests.conftest import TenantKey
@@ -158,7 +152,7 @@ async def test_polling_delivers_when_wakeups_are_lost(
     """With the bus deaf to commits (as when NOTIFY is lost), the poll still delivers."""
     bus = InProcessBus(store, poll_seconds=0.2)
     await bus.start()
-    store.announcer.listeners.remove(bus.wake)
+    store.announcer.listeners.remove(bus.publish_committed)
     try:
         runtime = SessionRuntime(store)
         created = await runtime.create(
@@ -198,9 +192,9 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
             await take(3)
             handed = bus.counters["handed_on"]
             assert handed == 1
-            store.announcer.listeners.remove(bus.wake)  # deaf: seqs 4 and 5 go unheard
+            store.announcer.listeners.remove(bus.publish_committed)  # deaf: seqs 4 and 5 go unheard
             await store.append_events(t, sid, events=[item_event("c"), item_event("d")])
-            store.announcer.listeners.append(bus.wake)
+            store.announcer.listeners.append(bus.publish_committed)
             await store.append_events(t, sid, events=[item_event("e")])  # 6: after a gap
             await take(6)
         assert bus.counters["handed_on"] == handed  # not past the gap: read from 4
@@ -263,9 +257,10 @@ async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
     t = tenant.tenant_id
     async with running_bus(store, t) as (bus, sid):
         with bus.subscribe(t, sid, head=1, deltas=True) as sub:
-            store.announcer.listeners.remove(bus.wake)  # seqs 2 and 3: their wake-up is late
+            # seqs 2 and 3: their wake-up is late
+            store.announcer.listeners.remove(bus.publish_committed)
             await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
-            store.announcer.listeners.append(bus.wake)
+            store.announcer.listeners.append(bus.publish_committed)
             bus.deltas.receive(_delta(t, sid, 0, "Hello", after=3))
             bus.deltas.receive(_delta(t, sid, 5, ",", after=None))  # behind the held one
             got: list[object] = []
@@ -355,7 +350,7 @@ async def test_topics_and_tenant_subscriptions_are_released(
     bus = started_bus
     with bus.subscribe(tenant.tenant_id, "a", head=0), bus.subscribe(tenant.tenant_id, "a", head=0):
         with bus.subscribe_tenant(tenant.tenant_id) as woken:
-            bus.wake(Wakeup(tenant.tenant_id, "zzz", 3))
+            bus.publish_committed(Wakeup(tenant.tenant_id, "zzz", 3))
             assert await woken.take(max_wait=1) == []  # a poke, no data
             assert bus.stats()["topics"] == 1 and bus.stats()["subscriptions"] == 2
     stats = bus.stats()
