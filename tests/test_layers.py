@@ -1,6 +1,7 @@
 """The layering rules of docs/ARCHITECTURE.md, checked on the imports themselves: the
 runtime imports neither FastAPI nor SQLAlchemy nor the store, and the API talks to the
-runtime, never to the store (issue #16). Only `app.main` assembles the store and the API."""
+runtime, never to the store (issue #16). Only `app.main` and `app.assembly` assemble the
+store and the API."""
 
 from __future__ import annotations
 
