@@ -69,18 +69,24 @@ async def open_services(
     async with AsyncExitStack() as stack:
         config = read_config(settings)
         redactor = Redactor(settings.redact_patterns)
-        store = await enter_store(stack, settings, metrics=metrics, redactor=redactor)
+        store = enter_store(stack, settings, metrics=metrics, redactor=redactor)
         bus = await enter_bus(stack, settings, store)
         accounts = Accounts(store)
         runtime = build_runtime(settings, store, bus=bus, metrics=metrics)
-        plane = await enter_tools(stack, settings, runtime, config.mcp_servers)
-        runs = build_runs(settings, runtime, bus, plane, config.models, shutdown_event, redactor)
-        scheduler = build_scheduler(settings, store, runtime, runs, config.blueprints, metrics)
+        plane = await enter_tools(stack, settings, runtime, servers=config.mcp_servers)
         await bootstrap_default_tenant(settings, accounts)
-        enter_sweeper(stack, runs)
-        revocations = await enter_revocations(stack, settings, accounts)
-        enter_scheduler(stack, settings, scheduler)
-        webhooks, deliverer = enter_webhooks(stack, settings, store, runs.owner, metrics)
+        runs = enter_runs(
+            stack, settings, runtime, plane=plane, models=config.models, control=bus,
+            shutdown_event=shutdown_event, redactor=redactor,
+        )  # fmt: skip
+        revocations = enter_revocations(stack, settings, accounts)
+        scheduler = enter_scheduler(
+            stack, settings, store, runtime=runtime, runs=runs, blueprints=config.blueprints,
+            metrics=metrics,
+        )  # fmt: skip
+        webhooks, deliverer = enter_webhooks(
+            stack, settings, store, owner=runs.owner, metrics=metrics
+        )
         stack.callback(shutdown_event.set)  # the first thing stop does
         yield Services(
             settings=settings,
@@ -158,7 +164,7 @@ def build_models(settings: Settings, models_file: ModelsFile | None = None) -> M
 # ---------------------------------------------------------------- storage and the session runtime
 
 
-async def enter_store(
+def enter_store(
     stack: AsyncExitStack, settings: Settings, *, metrics: Metrics | None, redactor: Redactor
 ) -> AgentSessionStore:
     """The engine and the store; on stop, the last commits' wake-ups go out, then the pool
@@ -221,7 +227,8 @@ async def enter_tools(
     stack: AsyncExitStack,
     settings: Settings,
     runtime: SessionRuntime,
-    mcp_servers: dict[str, McpServerConfig],
+    *,
+    servers: dict[str, McpServerConfig],
 ) -> ToolPlane:
     """The tool registry with shell (when processes are on), delegate and every MCP server's
     tools; processes stop after the MCP servers, each recorded before the store closes."""
@@ -238,10 +245,10 @@ async def enter_tools(
     timeout = settings.delegation_timeout_seconds + 5
     registry.register(delegate_tool(delegator, timeout_seconds=timeout))
     catalog = McpCatalog(
-        mcp_servers,
+        servers,
         registry,
         workspace_of=_workspace_of(settings, runtime),
-        discovery_cwd=_discovery_dir(settings) if mcp_servers else None,
+        discovery_cwd=_discovery_dir(settings) if servers else None,
     )
     await catalog.start()
     stack.push_async_callback(catalog.close)
@@ -298,16 +305,19 @@ def _discovery_dir(settings: Settings) -> Path:
 # ---------------------------------------------------------------- runs and schedules
 
 
-def build_runs(
+def enter_runs(
+    stack: AsyncExitStack,
     settings: Settings,
     runtime: SessionRuntime,
-    bus: EventBus,
+    *,
     plane: ToolPlane,
     models: ModelRegistry,
+    control: EventBus,
     shutdown_event: asyncio.Event,
     redactor: Redactor,
 ) -> RunManager:
-    """The run manager, and the delegator attached to it (a child run is a run)."""
+    """The run manager (the delegator attached: a child run is a run), sweeping expired
+    leases; on stop, live runs get 5 s to finish, then are interrupted."""
     runs = RunManager(
         runtime,
         models=models,
@@ -318,41 +328,38 @@ def build_runs(
         redactor=redactor,
         max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
         max_runs_per_minute=settings.max_runs_per_minute,
-        control=bus,
+        control=control,
     )
     plane.delegator.attach(runs)
+    runs.start_sweeper()
+    stack.push_async_callback(runs.shutdown, grace_seconds=5.0)
     return runs
 
 
-def enter_sweeper(stack: AsyncExitStack, runs: RunManager) -> None:
-    """Start sweeping expired leases; on stop, live runs get 5 s, then are interrupted."""
-    runs.start_sweeper()
-    stack.push_async_callback(runs.shutdown, grace_seconds=5.0)
-
-
-def build_scheduler(
+def enter_scheduler(
+    stack: AsyncExitStack,
     settings: Settings,
     store: AgentSessionStore,
+    *,
     runtime: SessionRuntime,
     runs: RunManager,
     blueprints: Blueprints,
     metrics: Metrics | None,
 ) -> Scheduler:
-    """The schedule verbs and this replica's tick loop (started by `enter_scheduler`)."""
+    """The schedule verbs, firing due ticks here when schedules are enabled; stopped before
+    the runs either way, so no tick starts a run during the drain."""
     timing = SchedulerTiming(
         poll_seconds=settings.schedule_poll_seconds,
         claim_seconds=settings.schedule_claim_seconds,
         misfire_grace_seconds=settings.schedule_misfire_grace_seconds,
     )
-    return Scheduler(store, runtime, runs, blueprints=blueprints, timing=timing, observer=metrics)
-
-
-def enter_scheduler(stack: AsyncExitStack, settings: Settings, scheduler: Scheduler) -> None:
-    """Fire due ticks here when schedules are enabled; stopped before the runs either way,
-    so no tick starts a run during the drain."""
+    scheduler = Scheduler(
+        store, runtime, runs, blueprints=blueprints, timing=timing, observer=metrics
+    )
     if settings.schedules_enabled:
         scheduler.start()
     stack.push_async_callback(scheduler.stop)
+    return scheduler
 
 
 # ---------------------------------------------------------------- access
@@ -369,7 +376,7 @@ async def bootstrap_default_tenant(settings: Settings, accounts: Accounts) -> No
         print(key, flush=True)
 
 
-async def enter_revocations(
+def enter_revocations(
     stack: AsyncExitStack, settings: Settings, accounts: Accounts
 ) -> RevocationWatch:
     """The watch that ends a stream once its key is revoked, started."""
@@ -399,6 +406,7 @@ def enter_webhooks(
     stack: AsyncExitStack,
     settings: Settings,
     store: AgentSessionStore,
+    *,
     owner: str,
     metrics: Metrics | None,
 ) -> tuple[Webhooks, Deliverer | None]:

@@ -43,7 +43,8 @@ __all__ = ["Services", "services_of"]
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The running application's parts, in the order `open_services` starts them."""
+    """The running application's parts, listed as `open_services` builds them; each one
+    is read by routes through its alias in `app/api/deps.py`."""
 
     settings: Settings
     metrics: Metrics | None  # None when ASR_METRICS_ENABLED=false
