@@ -286,7 +286,7 @@ async def _schedules(args: argparse.Namespace, settings: Settings) -> int:
 
 def _blueprints(settings: Settings) -> Blueprints:
     """The agents file's blueprints, checked as the server checks them."""
-    from app.main import build_models, known_tool_names
+    from app.assembly import build_models, known_tool_names
 
     return load_blueprints(
         settings.agents_file,
@@ -329,7 +329,8 @@ def _open_in(path: str) -> Iterator[TextIO]:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None, workers: int = 1) -> int:
-    from app.main import build_models, configure_logging, known_tool_names
+    from app.assembly import build_models, known_tool_names
+    from app.logs import configure_logging
     from app.runtime.models.file import read_models_file
     from app.runtime.models.profiles import ProfileError
     from app.runtime.tools.mcp.config import McpConfigError, parse_servers

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.runtime.session.retention import RetentionPolicy, apply_retention
+from app.services import services_of
 from app.store.store import AgentSessionStore
 from app.store.tables import session_snapshots, sessions
 from tests.conftest import TenantKey
@@ -81,7 +82,7 @@ async def test_export_then_import_gives_an_identical_ledger_and_projection(
     new_id = imported.stdout.strip().splitlines()[-1]
     assert new_id != source
 
-    runtime = app.state.runtime
+    runtime = services_of(app).runtime
     before = await runtime.list_events(tenant.tenant_id, source, limit=10_000)
     after = await runtime.list_events(other_tenant.tenant_id, new_id, limit=10_000)
     assert len(before) == len(lines) - 1
@@ -188,7 +189,7 @@ async def test_retention_erases_idle_sessions_and_prunes_snapshots(
     assert await _snapshot_seqs(store, tenant.tenant_id, live) == before[-2:]
     # Events are never pruned; the state still folds to the same memory.
     assert await store.list_events(tenant.tenant_id, live) == events_before
-    loaded, folded = await app.state.runtime.projection(tenant.tenant_id, live)
+    loaded, folded = await services_of(app).runtime.projection(tenant.tenant_id, live)
     assert folded.memory_json() == loaded.state.memory_json()
     async with store.read(tenant.tenant_id) as conn:
         remaining = await conn.execute(

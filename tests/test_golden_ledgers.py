@@ -21,6 +21,7 @@ import pytest
 from app.runtime.session.events import Event, EventType
 from app.runtime.session.projector import fold
 from app.runtime.session.transfer import import_ledger, parse_export
+from app.services import services_of
 from tests.conftest import TenantKey
 
 GOLDEN = Path(__file__).parent / "golden" / "ledgers"
@@ -65,7 +66,7 @@ async def test_golden_ledger_imported_and_loaded_gives_the_recorded_state(
     name: str, app: Any, tenant: TenantKey
 ) -> None:
     header, events = parse_export(_lines(name))
-    loaded = await import_ledger(app.state.runtime, tenant.tenant_id, header, events)
+    loaded = await import_ledger(services_of(app).runtime, tenant.tenant_id, header, events)
     assert loaded.state.to_json() == _expected(name)
 
 

@@ -2,7 +2,8 @@
 runtime imports neither FastAPI nor SQLAlchemy nor the store nor the live path, and the API
 talks to the runtime and the live path, never to the store (issue #16). The live path
 (`app.live`) reads the store, the store never imports it, and neither imports the API: no
-circle between the packages. Only `app.main` assembles the store and the API."""
+circle between the packages. Only `app.main` and `app.assembly`
+assemble the store and the API."""
 
 from __future__ import annotations
 
@@ -84,3 +85,19 @@ def test_the_session_runtime_is_the_only_session_store_caller() -> None:
     no store at all. (Tenants and webhooks keep their own narrow ports: no state there.)"""
     assert store_reads("runtime", through_runtime=True) == []
     assert store_reads("api", through_runtime=False) == []
+
+
+def test_routes_take_the_services_as_typed_dependencies() -> None:
+    """No `<x>.app.state` in the API: routes get `Services` fields through the `Annotated`
+    aliases of `app/api/deps.py`, and middlewares through `services_of` (docs/ARCHITECTURE.md,
+    "Assembly")."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in (ROOT / "app" / "api").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "state"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "app"
+    ]
+    assert found == []

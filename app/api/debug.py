@@ -10,19 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
+
+from app.api.deps import BusDep, StreamSlotsDep
 
 router = APIRouter(prefix="/debug", tags=["debug"], include_in_schema=False)
 
 
 @router.get("/streams")
-async def stream_gauges(request: Request) -> dict:
-    slots = request.app.state.stream_slots
+async def stream_gauges(slots: StreamSlotsDep, bus: BusDep) -> dict:
     tasks = asyncio.all_tasks()
     return {
         "open_streams": slots.total,
         "open_streams_by_tenant": slots.by_tenant(),
-        "bus": request.app.state.bus.stats(),
+        "bus": bus.stats(),
         "tasks": len(tasks),
         "tasks_by_coroutine": dict(
             Counter(getattr(t.get_coro(), "__qualname__", "?") for t in tasks).most_common(10)

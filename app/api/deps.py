@@ -1,4 +1,7 @@
-"""Dependencies as `Annotated` aliases, so route signatures read like the contract."""
+"""Dependencies as `Annotated` aliases, so route signatures read like the contract.
+
+Each reads one field of the app's `Services` (`app/services.py`), entered by its lifespan.
+"""
 
 from __future__ import annotations
 
@@ -7,46 +10,67 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.api.metrics import Metrics
 from app.live.run_follow import RunStreams
+from app.live.stream_response import StreamSlots
 from app.logs import bind
 from app.runtime.access.accounts import Accounts, Principal
-from app.runtime.access.stream_tokens import StreamGrant
+from app.runtime.access.stream_tokens import StreamGrant, StreamTokens
 from app.runtime.errors import ProcessesDisabled, Unauthorized
 from app.runtime.models.registry import ModelRegistry
+from app.runtime.ports import LiveBus
 from app.runtime.runs.blueprints import Blueprints
 from app.runtime.runs.delegation import Delegator
 from app.runtime.runs.manager import RunManager
 from app.runtime.schedules.service import Scheduler
 from app.runtime.session.service import SessionRuntime
+from app.runtime.tools.mcp.catalog import McpCatalog
 from app.runtime.tools.processes import ProcessManager
 from app.runtime.tools.registry import ToolRegistry
+from app.runtime.webhooks.service import Webhooks
+from app.services import Services, services_of
 from app.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
 
 
-async def get_settings_dep(request: Request) -> Settings:
-    return request.app.state.settings
+async def get_services(request: Request) -> Services:
+    """The services the app's lifespan entered; every dependency below reads one field."""
+    return services_of(request.app)
 
 
-async def get_runtime(request: Request) -> SessionRuntime:
-    return request.app.state.runtime
+ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def get_runs(request: Request) -> RunManager:
-    return request.app.state.runs
+async def get_settings_dep(services: ServicesDep) -> Settings:
+    return services.settings
 
 
-async def get_run_streams(request: Request) -> RunStreams:
-    return request.app.state.run_streams
+async def get_runtime(services: ServicesDep) -> SessionRuntime:
+    return services.runtime
 
 
-async def get_accounts(request: Request) -> Accounts:
-    return request.app.state.accounts
+async def get_runs(services: ServicesDep) -> RunManager:
+    return services.runs
+
+
+async def get_run_streams(services: ServicesDep) -> RunStreams:
+    return services.run_streams
+
+
+async def get_accounts(services: ServicesDep) -> Accounts:
+    return services.accounts
+
+
+async def get_process_plane(services: ServicesDep) -> ProcessManager | None:
+    return services.processes
 
 
 async def get_processes(
-    request: Request, session_id: str, tenant: TenantDep, runtime: RuntimeDep
+    session_id: str,
+    tenant: TenantDep,
+    runtime: RuntimeDep,
+    manager: ProcessPlaneDep,
 ) -> ProcessManager:
     """The process manager, once the session is known to be the caller's.
 
@@ -54,30 +78,61 @@ async def get_processes(
     routes as on every other; then, with the process plane off, `processes_disabled` (404).
     """
     await runtime.get(tenant.tenant_id, session_id)
-    manager: ProcessManager | None = request.app.state.processes
     if manager is None:
         raise ProcessesDisabled()
     return manager
 
 
-async def get_delegator(request: Request) -> Delegator:
-    return request.app.state.delegator
+async def get_delegator(services: ServicesDep) -> Delegator:
+    return services.delegator
 
 
-async def get_models(request: Request) -> ModelRegistry:
-    return request.app.state.models
+async def get_models(services: ServicesDep) -> ModelRegistry:
+    return services.models
 
 
-async def get_tools(request: Request) -> ToolRegistry:
-    return request.app.state.tools
+async def get_tools(services: ServicesDep) -> ToolRegistry:
+    return services.tools
+
+
+async def get_mcp(services: ServicesDep) -> McpCatalog:
+    return services.mcp
+
+
+async def get_scheduler(services: ServicesDep) -> Scheduler:
+    return services.scheduler
+
+
+async def get_blueprints(services: ServicesDep) -> Blueprints:
+    return services.blueprints
+
+
+async def get_webhooks(services: ServicesDep) -> Webhooks:
+    return services.webhooks
+
+
+async def get_bus(services: ServicesDep) -> LiveBus:
+    return services.bus
+
+
+async def get_stream_slots(services: ServicesDep) -> StreamSlots:
+    return services.stream_slots
+
+
+async def get_stream_tokens(services: ServicesDep) -> StreamTokens:
+    return services.stream_tokens
+
+
+async def get_metrics(services: ServicesDep) -> Metrics | None:
+    return services.metrics
 
 
 async def get_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    accounts: AccountsDep,
 ) -> Principal:
     """The caller's tenant, from the API key alone (never from the path, query or body)."""
-    accounts: Accounts = request.app.state.accounts
     raw = credentials.credentials if credentials is not None else None
     principal = await accounts.authenticate(raw)
     # From here on, every log line of this request names the tenant (and the session).
@@ -86,17 +141,11 @@ async def get_tenant(
     return principal
 
 
-async def get_scheduler(request: Request) -> Scheduler:
-    return request.app.state.scheduler
-
-
-async def get_blueprints(request: Request) -> Blueprints:
-    return request.app.state.blueprints
-
-
 async def get_stream_grant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    accounts: AccountsDep,
+    tokens: StreamTokensDep,
     token: Annotated[
         str | None,
         Query(max_length=2048, description="A stream token from POST /v1/stream-tokens."),
@@ -109,12 +158,11 @@ async def get_stream_grant(
     in the database, uncached, so that a revoked key's or a deleted tenant's tokens are
     refused at once rather than until they expire.
     """
-    accounts: Accounts = request.app.state.accounts
     if credentials is not None:
         principal = await accounts.authenticate(credentials.credentials)
         grant = StreamGrant(tenant_id=principal.tenant_id, key_prefix=principal.key_prefix)
     elif token:
-        grant = request.app.state.stream_tokens.verify(token)
+        grant = tokens.verify(token)
         assert grant.key_prefix is not None  # verify refuses a token without one
         await accounts.check_key(grant.key_prefix, grant.tenant_id)
     else:
@@ -124,6 +172,7 @@ async def get_stream_grant(
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+AccountsDep = Annotated[Accounts, Depends(get_accounts)]
 BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
@@ -132,9 +181,16 @@ SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
 TenantDep = Annotated[Principal, Depends(get_tenant)]
 StreamGrantDep = Annotated[StreamGrant, Depends(get_stream_grant)]
 ProcessesDep = Annotated[ProcessManager, Depends(get_processes)]
+ProcessPlaneDep = Annotated[ProcessManager | None, Depends(get_process_plane)]
 DelegatorDep = Annotated[Delegator, Depends(get_delegator)]
 ToolsDep = Annotated[ToolRegistry, Depends(get_tools)]
 ModelsDep = Annotated[ModelRegistry, Depends(get_models)]
+McpDep = Annotated[McpCatalog, Depends(get_mcp)]
+WebhooksDep = Annotated[Webhooks, Depends(get_webhooks)]
+BusDep = Annotated[LiveBus, Depends(get_bus)]
+StreamSlotsDep = Annotated[StreamSlots, Depends(get_stream_slots)]
+StreamTokensDep = Annotated[StreamTokens, Depends(get_stream_tokens)]
+MetricsDep = Annotated[Metrics | None, Depends(get_metrics)]
 IdempotencyKey = Annotated[
     str | None,
     Header(

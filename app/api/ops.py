@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.api.deps import MetricsDep, ServicesDep
 from app.api.metrics import CONTENT_TYPE
 from app.api.problems import problem_response, problem_responses
 
@@ -41,17 +42,16 @@ async def healthz() -> dict:
     summary="Readiness: database reachable, schema at head, not shutting down",
     responses=problem_responses(503, always=False),
 )
-async def readyz(request: Request) -> JSONResponse:
+async def readyz(request: Request, services: ServicesDep) -> JSONResponse:
     """Readiness: 200 when this replica should get traffic (database reachable, schema at the
     head this code expects, not shutting down); 503 with a `reason` otherwise.
     """
-    state = request.app.state
-    if state.shutdown_event.is_set():
+    if services.shutdown_event.is_set():
         return _not_ready(request, "shutting_down", "the process is draining before it exits")
-    head, known = state.schema_revisions
+    head, known = services.schema_revisions
     try:
         async with asyncio.timeout(READINESS_BUDGET_SECONDS):
-            current = await state.runtime.schema_revision()
+            current = await services.runtime.schema_revision()
     except Exception as exc:  # any failure means not ready; the class name is for operators
         return _not_ready(
             request, "database_unreachable", f"the database did not answer: {type(exc).__name__}"
@@ -87,9 +87,8 @@ def _not_ready(request: Request, reason: str, detail: str, **extra: Any) -> JSON
         **problem_responses(404, always=False),
     },
 )
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, registry: MetricsDep) -> Response:
     """Prometheus metrics in the text exposition format (404 when metrics are disabled)."""
-    registry = request.app.state.metrics
     if registry is None:
         return problem_response(
             request, status=404, code="not_found", title="Not found", detail="metrics disabled"

@@ -1,13 +1,14 @@
 """Streams end when their key is revoked: the ASGI side of `app.runtime.access.revocation`.
 
 Every Server-Sent Events response -- a session or tenant timeline, a run in stream mode --
-is registered with the replica's `RevocationWatch` under the key it was opened with (the
-auth dependencies leave its prefix in the request state). When the watch finds the key
-revoked, or gone with its tenant, this middleware ends the stream itself: it sends one
-`ERROR` frame carrying the 401 problem (as any failure inside a started stream does),
-completes the response, and cancels the application's handler, whose cleanup (unsubscribe,
-free the tenant's stream slot) then runs as after a client disconnect. Doing it here covers
-every kind of stream the same way, without each route knowing about revocation.
+is registered with the replica's `RevocationWatch` (`Services.revocations`) under the key
+it was opened with (the auth dependencies leave its prefix in the request state). When the
+watch finds the key revoked, or gone with its tenant, this middleware ends the stream
+itself: it sends one `ERROR` frame carrying the 401 problem (as any failure inside a
+started stream does), completes the response, and cancels the application's handler,
+whose cleanup (unsubscribe, free the tenant's stream slot) then runs as after a client
+disconnect. Doing it here covers every kind of stream the same way, without each route
+knowing about revocation.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.access import is_event_stream
 from app.api.sse import error_frame
-from app.runtime.access.revocation import RevocationWatch
 from app.runtime.errors import Unauthorized
+from app.services import services_of
 
 log = logging.getLogger("app.api.sse")
 
@@ -94,9 +95,8 @@ class _WatchedResponse:
         if start.get("status") != 200 or not is_event_stream(start.get("headers") or []):
             return
         key_prefix = (self.scope.get("state") or {}).get("key_prefix")
-        app = self.scope.get("app")
-        watch: RevocationWatch | None = getattr(getattr(app, "state", None), "revocations", None)
-        if key_prefix is not None and watch is not None:
+        if key_prefix is not None:  # a stream opened by a key (every route's is)
+            watch = services_of(self.scope["app"]).revocations
             self._unwatch = watch.watch(key_prefix, self._revoked)
 
     def _revoked(self) -> None:

@@ -14,6 +14,7 @@ from app.api.deps import (
     IdempotencyKey,
     IfMatch,
     ModelsDep,
+    ProcessPlaneDep,
     RuntimeDep,
     SettingsDep,
     TenantDep,
@@ -205,12 +206,11 @@ async def patch_session(
     responses=_COMMON,
 )
 async def delete_session(
-    session_id: str, request: Request, tenant: TenantDep, runtime: RuntimeDep
+    session_id: str, tenant: TenantDep, runtime: RuntimeDep, processes: ProcessPlaneDep
 ) -> Response:
     """Erase the session: its events, snapshots, runs and live processes. Forks of it keep
     their own copies of its history and are not touched.
     """
-    processes = request.app.state.processes
     if processes is not None:
         # An erased session's processes would run on for nobody until their time cap.
         await processes.stop_session(tenant.tenant_id, session_id)

@@ -13,7 +13,15 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
-from app.api.deps import RuntimeDep, SettingsDep, StreamGrantDep, TenantDep
+from app.api.deps import (
+    BusDep,
+    RuntimeDep,
+    SettingsDep,
+    StreamGrantDep,
+    StreamSlotsDep,
+    StreamTokensDep,
+    TenantDep,
+)
 from app.api.events import _types
 from app.api.problems import problem_responses
 from app.api.schemas import StreamTokenCreate, StreamTokenRead
@@ -23,7 +31,7 @@ from app.live.stream_response import StreamResponse, StreamStop
 from app.live.timeline import replay_then_live, tenant_timeline
 from app.runtime.access.stream_tokens import StreamGrant
 from app.runtime.errors import CursorOutOfRange, SessionNotFound, Unauthorized
-from app.runtime.ports import LiveBus, LiveDelivery, TenantCursor, TenantPage
+from app.runtime.ports import TenantCursor, TenantPage
 from app.runtime.session.events import Event
 from app.runtime.session.subscription import Subscription
 
@@ -56,6 +64,8 @@ async def stream_session_events(
     grant: StreamGrantDep,
     runtime: RuntimeDep,
     settings: SettingsDep,
+    bus: BusDep,
+    slots: StreamSlotsDep,
     last_event_id: LastEventId = None,
     after_seq: Annotated[int | None, Query(ge=0, description="Start after this seq.")] = None,
     types: Types = None,
@@ -85,9 +95,8 @@ async def stream_session_events(
         raise CursorOutOfRange(cursor, record.last_seq)
     wanted = _types(types)
     batch = settings.sse_replay_batch
-    bus: LiveDelivery = request.app.state.bus
     stop = StreamStop()
-    slot = request.app.state.stream_slots.acquire(tenant_id)
+    slot = slots.acquire(tenant_id)
 
     @contextmanager
     def subscribe() -> Iterator[Subscription]:
@@ -126,6 +135,8 @@ async def stream_tenant_events(
     grant: StreamGrantDep,
     runtime: RuntimeDep,
     settings: SettingsDep,
+    bus: BusDep,
+    slots: StreamSlotsDep,
     last_event_id: LastEventId = None,
     after: Annotated[
         str | None, Query(max_length=64, description="Start after this cursor (an event id).")
@@ -140,9 +151,8 @@ async def stream_tenant_events(
     tenant_id = grant.tenant_id
     cursor = tenant_cursor(last_event_id, after)
     wanted = _types(types)
-    bus: LiveBus = request.app.state.bus
     stop = StreamStop()
-    slot = request.app.state.stream_slots.acquire(tenant_id)
+    slot = slots.acquire(tenant_id)
 
     @contextmanager
     def subscribe() -> Iterator[Subscription]:
@@ -168,7 +178,7 @@ async def stream_tenant_events(
     responses=problem_responses(401, 404, 422),
 )
 async def create_stream_token(
-    body: StreamTokenCreate, request: Request, tenant: TenantDep, runtime: RuntimeDep
+    body: StreamTokenCreate, tenant: TenantDep, runtime: RuntimeDep, tokens: StreamTokensDep
 ) -> dict:
     """A short-lived token for `?token=` on the stream routes, for browsers' EventSource
     (which cannot send an Authorization header). Scope it to one session with `session_id`; the
@@ -179,7 +189,7 @@ async def create_stream_token(
     grant = StreamGrant(
         tenant_id=tenant.tenant_id, session_id=body.session_id, key_prefix=tenant.key_prefix
     )
-    token, expires = request.app.state.stream_tokens.issue(grant, ttl_seconds=body.ttl_seconds)
+    token, expires = tokens.issue(grant, ttl_seconds=body.ttl_seconds)
     return {
         "token": token,
         "expires_at": rfc3339(datetime.fromtimestamp(expires, UTC)),

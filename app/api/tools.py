@@ -4,9 +4,9 @@ schemas, and the state of each MCP server. Reading it never contacts a server.""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
-from app.api.deps import TenantDep, ToolsDep
+from app.api.deps import McpDep, TenantDep, ToolsDep
 from app.api.problems import problem_responses
 from app.api.schemas import ToolList
 
@@ -19,11 +19,10 @@ router = APIRouter(prefix="/v1", tags=["tools"])
     summary="Built-in and MCP tools available to agents (shell only with processes enabled)",
     responses=problem_responses(401),
 )
-async def list_tools(request: Request, tenant: TenantDep, tools: ToolsDep) -> dict:
+async def list_tools(tenant: TenantDep, tools: ToolsDep, mcp: McpDep) -> dict:
     """The tools agents may call (built-in, `shell` only when processes are enabled, and
     every MCP server's), with their JSON Schema parameters and where each comes from.
     """
-    catalog = getattr(request.app.state, "mcp", None)
     return {
         "data": [
             {
@@ -35,5 +34,5 @@ async def list_tools(request: Request, tenant: TenantDep, tools: ToolsDep) -> di
             }
             for t in tools.listing()
         ],
-        "mcp_servers": catalog.status() if catalog is not None else [],
+        "mcp_servers": mcp.status(),
     }

@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import IdempotencyKey, RuntimeDep, SettingsDep, TenantDep
+from app.api.deps import IdempotencyKey, RuntimeDep, SettingsDep, TenantDep, WebhooksDep
 from app.api.idempotency import idempotent, provisional
 from app.api.pages import cut, decode_cursor
 from app.api.problems import problem_responses
@@ -27,19 +27,11 @@ from app.api.webhook_schemas import (
 from app.runtime.errors import InvalidWebhook
 from app.runtime.ports import IdempotencyToken
 from app.runtime.webhooks.records import PENDING, DeliveryRecord, WebhookRecord
-from app.runtime.webhooks.service import Webhooks
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
 _COMMON = problem_responses(401, 404)
 _REQUIRED_IF_SENT = ("url", "event_types", "state")
-
-
-async def get_webhooks(request: Request) -> Webhooks:
-    return request.app.state.webhooks
-
-
-WebhooksDep = Annotated[Webhooks, Depends(get_webhooks)]
 
 
 def webhook_json(hook: WebhookRecord, *, with_secret: bool = False) -> dict[str, Any]:

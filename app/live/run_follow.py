@@ -113,7 +113,7 @@ class RunFollow:
 
 
 class RunStreams:
-    """Stream-mode runs of this replica (`app.state.run_streams`)."""
+    """Stream-mode runs of this replica (`Services.run_streams`)."""
 
     def __init__(
         self,

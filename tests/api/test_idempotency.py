@@ -9,6 +9,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.runtime.session.service import SessionRuntime
+from app.services import services_of
 from tests.conftest import TenantKey
 
 
@@ -66,7 +67,7 @@ async def test_keys_are_scoped_to_the_tenant(
 async def test_concurrent_duplicates_run_once_and_the_other_replays(
     app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime: SessionRuntime = app.state.runtime
+    runtime: SessionRuntime = services_of(app).runtime
     original = runtime.create
     gate = asyncio.Event()
 
@@ -93,4 +94,4 @@ async def test_concurrent_duplicates_run_once_and_the_other_replays(
 
 
 async def test_keys_live_at_least_24_hours(app: FastAPI) -> None:
-    assert app.state.store.idempotency_ttl.total_seconds() >= 24 * 3600
+    assert services_of(app).store.idempotency_ttl.total_seconds() >= 24 * 3600

@@ -19,6 +19,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
+from app.services import services_of
 from app.settings import Settings
 from tests.conftest import ROOT, TenantKey, free_port
 from tests.mcp.process import HttpServer
@@ -173,10 +174,10 @@ async def test_a_call_that_hangs_times_out_and_the_server_is_reconnected(
     events = await ledger(http, sid)
     output = next(e for e in events if e["type"] == "TOOL_RESULT")["payload"]["item"]["output"]
     assert "no answer in 2 s" in output and "reconnected" in output
-    connects = mcp_app.state.mcp._connections[server].connects
+    connects = services_of(mcp_app).mcp._connections[server].connects
     again = await run(http, sid, call(server, "add", a=20, b=22))
     assert again["output"] == f"{server}__add returned: 42"
-    assert mcp_app.state.mcp._connections[server].connects == connects + 1
+    assert services_of(mcp_app).mcp._connections[server].connects == connects + 1
     await ledger(http, sid)
 
 
@@ -212,7 +213,7 @@ async def test_a_stdio_server_runs_in_the_sessions_workspace(
     )
     sid = answer.json()["session_id"]
     result = await run(http, sid, call("ws", "where"))
-    root = mcp_app.state.settings.workspace_root
+    root = services_of(mcp_app).settings.workspace_root
     assert f"cwd={root / tenant.tenant_id / 'repo-a'}" in result["output"]
 
 

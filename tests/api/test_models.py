@@ -13,7 +13,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.main import build_models, create_app
+from app.assembly import build_models
+from app.main import create_app
 from app.runtime.models.profiles import ProfileError, build_profiles
 from app.runtime.tools.mcp.config import McpConfigError, parse_servers
 from app.settings import Settings

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from app.logs import JsonFormatter, redact
 from app.main import begin_shutdown, create_app
+from app.services import services_of
 from app.settings import Settings
 from app.store.migrations import script_revisions, upgrade_head
 from tests.conftest import TenantKey, create_database, drop_database
@@ -188,8 +189,8 @@ async def test_metrics_after_runs_match_what_the_runs_did(
 
 async def test_observer_records_bounded_labels(fresh_app: FastAPI) -> None:
     """Every Observer method lands in its series; unknown values collapse to `other`."""
-    metrics = fresh_app.state.metrics
-    runtime_observer = fresh_app.state.runtime.observer
+    metrics = services_of(fresh_app).metrics
+    runtime_observer = services_of(fresh_app).runtime.observer
     assert runtime_observer is metrics
     metrics.run_finished(stop_reason="COMPLETED", seconds=0.2)
     metrics.run_finished(stop_reason="COMPLETED", seconds=0.4)

@@ -13,6 +13,7 @@ from app.settings import Settings
 from tests.conftest import TenantKey
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
+trace = pytest.importorskip("opentelemetry.trace")
 
 
 class Collect(sdk.SpanProcessor):  # type: ignore[misc]
@@ -34,7 +35,8 @@ async def test_spans_cover_http_model_tools_and_store_writes(
         settings.model_copy(update={"otel_enabled": True, "otel_exporter": "none"})
     )
     collect = Collect()
-    application.state.tracer_provider.add_span_processor(collect)
+    # configure_tracing installed the process's provider (the global one) for this app.
+    trace.get_tracer_provider().add_span_processor(collect)  # type: ignore[attr-defined]
     try:
         async with application.router.lifespan_context(application):
             transport = httpx.ASGITransport(app=application)

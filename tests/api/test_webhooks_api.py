@@ -18,6 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from app.main import create_app
 from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
 from app.runtime.webhooks.targets import TargetPolicy, parse_networks
+from app.services import services_of
 from app.settings import Settings
 from app.store.store import AgentSessionStore
 from tests.conftest import TenantKey, make_tenant
@@ -56,7 +57,7 @@ def deliverer(store: AgentSessionStore, hook_app: object, **policy: float) -> De
         owner=f"test-{uuid.uuid4().hex[:6]}",
         targets=TargetPolicy(parse_networks(ALLOW)),
         policy=DeliveryPolicy(**{"timeout_seconds": 5.0, **policy}),  # type: ignore[arg-type]
-        observer=hook_app.state.metrics,  # type: ignore[attr-defined]
+        observer=services_of(hook_app).metrics,  # type: ignore[arg-type]
     )
 
 

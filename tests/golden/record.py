@@ -25,6 +25,7 @@ import httpx
 
 from app.main import create_app
 from app.runtime.session.transfer import export_ledger
+from app.services import services_of
 from app.settings import Settings
 from app.store.migrations import upgrade_head
 from tests.conftest import make_tenant
@@ -132,7 +133,7 @@ async def _handwritten(app: Any, tenant_id: str) -> str:
     from app.runtime.session.events import NewEvent
 
     sid = "golden-handwritten"
-    await app.state.store.create_session(
+    await services_of(app).store.create_session(
         tenant_id,
         session=NewSession(
             session_id=sid, metadata={"golden": "handwritten"}, agent={}, binding={}
@@ -149,7 +150,7 @@ async def record(force: bool) -> list[Path]:
         await asyncio.to_thread(upgrade_head, url)
         app = create_app(Settings(database_url=url, bootstrap_default_tenant=False))
         async with app.router.lifespan_context(app):
-            tenant = await make_tenant(app.state.store)
+            tenant = await make_tenant(services_of(app).store)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://golden", headers=tenant.headers, timeout=60
@@ -162,16 +163,15 @@ async def record(force: bool) -> list[Path]:
                     "v1-interrupted": await _interrupted_session(c),
                     "v1-handwritten": await _handwritten(app, tenant.tenant_id),
                 }
+            runtime = services_of(app).runtime
             for name, sid in sessions.items():
                 ledger, state = HERE / f"{name}.jsonl", HERE / f"{name}.state.json"
                 if ledger.exists() and not force:
                     continue
-                lines = [
-                    line async for line in export_ledger(app.state.runtime, tenant.tenant_id, sid)
-                ]
+                lines = [line async for line in export_ledger(runtime, tenant.tenant_id, sid)]
                 lines[0]["exported_at"] = "golden"
                 ledger.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
-                loaded = await app.state.runtime.load(tenant.tenant_id, sid)
+                loaded = await runtime.load(tenant.tenant_id, sid)
                 state.write_text(
                     json.dumps(loaded.state.to_json(), indent=1, sort_keys=True) + "\n"
                 )

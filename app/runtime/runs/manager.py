@@ -151,8 +151,9 @@ class RunManager:
         created = None
         if loaded is not None and request.multitask == "reject":
             try:
+                writer = self.runtime.writer
                 created = await self._create(
-                    tenant_id, session_id, request, loaded, idempotency, prefix, self.runtime.writer,
+                    tenant_id, session_id, request, loaded, idempotency, prefix, writer,
                     expected=True,
                 )  # fmt: skip
             except (StaleSession, ToolCallsPending, NothingPending):

@@ -38,6 +38,7 @@ from app.runtime.ports import FireRecord, IdempotencyToken, NewSession
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.runtime.webhooks.records import NewWebhook
+from app.services import services_of
 from app.settings import Settings
 from app.store.base import NO_TENANT, utcnow
 from app.store.engine import make_engine
@@ -566,12 +567,12 @@ async def test_issue_17_the_sweeper_interrupts_any_tenants_expired_run_as_the_ap
 ) -> None:
     application = create_app(Settings(database_url=roles.app_url, bootstrap_default_tenant=False))
     async with application.router.lifespan_context(application):
-        store: AgentSessionStore = application.state.store
+        store: AgentSessionStore = services_of(application).store
         b = await _tenant_with_session(store, 1)
         past = utcnow() - timedelta(seconds=1)
         run_id = await _start_run(store, b.tenant_id, "s", lease_until=past)
         assert run_id in {r.run_id for r in await store.list_stale_runs()}
-        await application.state.runs.sweep_once()
+        await services_of(application).runs.sweep_once()
         run = await store.get_run(b.tenant_id, run_id)
         assert run is not None and run.status == "interrupted"
         session = await store.get_session(b.tenant_id, "s")
@@ -590,9 +591,9 @@ async def test_issue_20_the_scheduler_fires_any_tenants_due_tick_as_the_app_role
         )
     )
     async with application.router.lifespan_context(application):
-        store: AgentSessionStore = application.state.store
+        store: AgentSessionStore = services_of(application).store
         b = await _tenant_with_session(store, 1)
-        scheduler = application.state.scheduler
+        scheduler = services_of(application).scheduler
         anchor = utcnow() - timedelta(seconds=3601)  # its first tick was a second ago
         made = await store.create_schedule(
             b.tenant_id,

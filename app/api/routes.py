@@ -1,0 +1,58 @@
+"""Every router of the API, included in one place, in the order the OpenAPI document lists
+them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+from starlette.routing import BaseRoute
+
+from app.api import (
+    ag_ui,
+    agents,
+    debug,
+    delegation,
+    docs,
+    event_types,
+    events,
+    memory,
+    models,
+    ops,
+    processes,
+    runs,
+    schedules,
+    sessions,
+    streams,
+    tools,
+    webhooks,
+)
+from app.ui import router as ui_router
+
+ROUTERS: tuple[APIRouter, ...] = (
+    sessions.router,
+    memory.router,
+    runs.router,
+    runs.oneshot,
+    schedules.router,
+    ag_ui.router,
+    processes.router,
+    delegation.router,
+    tools.router,
+    events.router,
+    streams.router,
+    agents.router,
+    models.router,
+    event_types.router,
+    webhooks.router,
+    ops.router,
+    ui_router,
+    docs.router,
+)
+
+
+def include_routers(app: FastAPI, *, debug_endpoints: bool = False) -> list[BaseRoute]:
+    """Include every router (`/debug` only when asked) and return their routes: the ones the
+    access middleware labels requests by (the app's own, such as /openapi.json, are not)."""
+    routers = (*ROUTERS, *((debug.router,) if debug_endpoints else ()))
+    for router in routers:
+        app.include_router(router)
+    return [route for router in routers for route in router.routes]

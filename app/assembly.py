@@ -1,0 +1,444 @@
+"""`open_services(settings)`: build every service of the app and enter it on one exit stack.
+
+Each part is entered once, in order, on one `contextlib.AsyncExitStack`, so stop is exactly
+start reversed. Read bottom-up, `open_services` is the stop order the process relies on:
+
+1. the shutdown event is set (streams say goodbye, loops stop taking work);
+2. the webhook deliverer, then the scheduler (no tick starts a run during the drain);
+3. the revocation watch;
+4. the runs, given 5 s to finish, then interrupted;
+5. the MCP servers (stdio servers stop with the service);
+6. the session processes (each one recorded before the store closes);
+7. the bus, then the store's last NOTIFYs (before the pool closes), then the engine.
+
+This module and `app.main` are the only ones that assemble the store and the API together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from app.api.metrics import Metrics
+from app.live.bus import EventBus
+from app.live.listener import make_bus
+from app.live.run_follow import RunStreams
+from app.live.stream_response import StreamSlots
+from app.runtime.access.accounts import Accounts
+from app.runtime.access.revocation import RevocationWatch
+from app.runtime.access.stream_tokens import StreamTokens
+from app.runtime.models.file import ModelsFile, read_models_file
+from app.runtime.models.profiles import build_profiles
+from app.runtime.models.registry import ModelRegistry
+from app.runtime.runs.blueprints import Blueprints, load_blueprints
+from app.runtime.runs.delegation import DELEGATE, Delegator, delegate_tool
+from app.runtime.runs.manager import RunManager
+from app.runtime.schedules.service import Scheduler, SchedulerTiming
+from app.runtime.session.redaction import Redactor
+from app.runtime.session.service import Limits, SessionRuntime
+from app.runtime.tools.mcp.catalog import McpCatalog
+from app.runtime.tools.mcp.config import McpServerConfig, parse_servers
+from app.runtime.tools.processes import ProcessManager
+from app.runtime.tools.registry import ToolContext, ToolRegistry
+from app.runtime.tools.shell import SHELL, shell_tool
+from app.runtime.tools.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
+from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
+from app.runtime.webhooks.service import Webhooks
+from app.runtime.webhooks.targets import TargetPolicy, parse_networks
+from app.services import Services
+from app.settings import Settings
+from app.store.engine import make_engine
+from app.store.migrations import script_revisions
+from app.store.store import AgentSessionStore, store_for
+
+__all__ = ["build_models", "known_tool_names", "open_services"]
+
+log = logging.getLogger("app")
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings, *, metrics: Metrics | None, shutdown_event: asyncio.Event
+) -> AsyncIterator[Services]:
+    """Every service of the app, started in order and stopped in reverse (module docstring)."""
+    async with AsyncExitStack() as stack:
+        config = read_config(settings)
+        redactor = Redactor(settings.redact_patterns)
+        store = enter_store(stack, settings, metrics=metrics, redactor=redactor)
+        bus = await enter_bus(stack, settings, store)
+        accounts = Accounts(store)
+        runtime = build_runtime(settings, store, bus=bus, metrics=metrics)
+        plane = await enter_tools(stack, settings, runtime, servers=config.mcp_servers)
+        await bootstrap_default_tenant(settings, accounts)
+        runs = enter_runs(
+            stack, settings, runtime, plane=plane, models=config.models, control=bus,
+            shutdown_event=shutdown_event, redactor=redactor,
+        )  # fmt: skip
+        revocations = enter_revocations(stack, settings, accounts)
+        scheduler = enter_scheduler(
+            stack, settings, store, runtime=runtime, runs=runs, blueprints=config.blueprints,
+            metrics=metrics,
+        )  # fmt: skip
+        webhooks, deliverer = enter_webhooks(
+            stack, settings, store, owner=runs.owner, metrics=metrics
+        )
+        stack.callback(shutdown_event.set)  # the first thing stop does
+        yield Services(
+            settings=settings,
+            metrics=metrics,
+            shutdown_event=shutdown_event,
+            schema_revisions=config.schema_revisions,
+            models=config.models,
+            blueprints=config.blueprints,
+            store=store,
+            bus=bus,
+            accounts=accounts,
+            runtime=runtime,
+            tools=plane.registry,
+            processes=plane.processes,
+            delegator=plane.delegator,
+            mcp=plane.mcp,
+            runs=runs,
+            run_streams=RunStreams(bus, runtime, settings, known=runs.start_events),
+            revocations=revocations,
+            scheduler=scheduler,
+            webhooks=webhooks,
+            deliverer=deliverer,
+            stream_slots=StreamSlots(settings.sse_max_streams_per_tenant),
+            stream_tokens=build_stream_tokens(settings),
+        )
+
+
+# ---------------------------------------------------------------- configuration (files only)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What the app reads before it connects: migrations, model profiles, MCP servers and
+    agent blueprints (checked against the tools and profiles they name)."""
+
+    schema_revisions: tuple[str, frozenset[str]]
+    models: ModelRegistry
+    mcp_servers: dict[str, McpServerConfig]
+    blueprints: Blueprints
+
+
+def read_config(settings: Settings) -> Config:
+    """The configuration files and settings, validated; no connection is opened."""
+    models_file = read_models_file(settings.models_file)
+    models = build_models(settings, models_file)
+    mcp_servers = parse_servers({**models_file.mcp_servers, **settings.mcp_servers})
+    known = [*known_tool_names(settings), *(f"{name}__*" for name in mcp_servers)]
+    blueprints = load_blueprints(
+        settings.agents_file, known_tools=known, known_profiles=models.names()
+    )
+    return Config(script_revisions(), models, mcp_servers, blueprints)
+
+
+def known_tool_names(settings: Settings) -> list[str]:
+    """The server tools the app will register, known before it is built (for blueprints)."""
+    extra = [DELEGATE, *([SHELL] if settings.processes_enabled else [])]
+    return sorted({*ToolRegistry().names(), *extra})
+
+
+def build_models(settings: Settings, models_file: ModelsFile | None = None) -> ModelRegistry:
+    """The model profiles of the models file and ASR_MODEL_PROFILES, with the implicit
+    `scripted` and `openai` (from ASR_OPENAI_*). Raises ProfileError listing every problem."""
+    models_file = models_file or read_models_file(settings.models_file)
+    profiles = build_profiles(
+        {**models_file.profiles, **settings.model_profiles},
+        openai_base_url=settings.openai_base_url,
+        openai_api_key=settings.openai_api_key.get_secret_value(),
+        openai_model=settings.openai_model,
+        openai_timeout_seconds=settings.openai_timeout_seconds,
+        source=str(settings.models_file or "ASR_MODEL_PROFILES"),
+    )
+    return ModelRegistry(profiles)
+
+
+# ---------------------------------------------------------------- storage and the session runtime
+
+
+def enter_store(
+    stack: AsyncExitStack, settings: Settings, *, metrics: Metrics | None, redactor: Redactor
+) -> AgentSessionStore:
+    """The engine and the store; on stop, the last commits' wake-ups go out, then the pool
+    closes."""
+    engine = make_engine(settings)
+    stack.push_async_callback(engine.dispose)
+    store = store_for(
+        engine,
+        max_metadata_bytes=settings.max_metadata_bytes,
+        idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
+        observer=metrics,
+        max_event_bytes=settings.max_event_bytes,
+        redactor=redactor,
+        notify=settings.sse_notify,
+        notify_interval=settings.sse_notify_interval_ms / 1000,
+        pgbouncer=settings.db_pgbouncer,
+    )
+    stack.push_async_callback(store.flush_wakeups)
+    return store
+
+
+async def enter_bus(
+    stack: AsyncExitStack, settings: Settings, store: AgentSessionStore
+) -> EventBus:
+    """The live bus (NOTIFY on PostgreSQL, in-process otherwise), started."""
+    bus = make_bus(settings, store)
+    await bus.start()
+    stack.push_async_callback(bus.stop)
+    return bus
+
+
+def build_runtime(
+    settings: Settings, store: AgentSessionStore, *, bus: EventBus, metrics: Metrics | None
+) -> SessionRuntime:
+    """The session verbs over the store, publishing to the bus."""
+    limits = Limits(
+        max_items_per_request=settings.max_items_per_request,
+        max_inline_bytes=settings.max_inline_bytes,
+        max_metadata_bytes=settings.max_metadata_bytes,
+        snapshot_every=settings.snapshot_every,
+        max_sessions_per_tenant=settings.max_sessions_per_tenant,
+    )
+    return SessionRuntime(store, limits=limits, live=bus, observer=metrics)
+
+
+# ---------------------------------------------------------------- tools
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlane:
+    """The server tools and what runs them: processes (shell), delegation, MCP servers."""
+
+    registry: ToolRegistry
+    processes: ProcessManager | None
+    delegator: Delegator
+    mcp: McpCatalog
+
+
+async def enter_tools(
+    stack: AsyncExitStack,
+    settings: Settings,
+    runtime: SessionRuntime,
+    *,
+    servers: dict[str, McpServerConfig],
+) -> ToolPlane:
+    """The tool registry with shell (when processes are on), delegate and every MCP server's
+    tools; processes stop after the MCP servers, each recorded before the store closes."""
+    registry = ToolRegistry()
+    processes = build_processes(settings, runtime)
+    if processes is not None:
+        registry.register(shell_tool(processes))
+        stack.push_async_callback(processes.shutdown)
+    delegator = Delegator(
+        runtime,
+        max_depth=settings.delegation_max_depth,
+        wait_seconds=settings.delegation_timeout_seconds,
+    )
+    timeout = settings.delegation_timeout_seconds + 5
+    registry.register(delegate_tool(delegator, timeout_seconds=timeout))
+    catalog = McpCatalog(
+        servers,
+        registry,
+        workspace_of=_workspace_of(settings, runtime),
+        discovery_cwd=_discovery_dir(settings) if servers else None,
+    )
+    await catalog.start()
+    stack.push_async_callback(catalog.close)
+    return ToolPlane(registry, processes, delegator, catalog)
+
+
+def build_processes(settings: Settings, runtime: SessionRuntime) -> ProcessManager | None:
+    """The process plane, or None when it is off (then the shell tool does not exist)."""
+    if not settings.processes_enabled:
+        return None
+    masked = (
+        settings.openai_api_key.get_secret_value(),
+        urlsplit(settings.database_url).password or "",
+    )
+    policy = ProcessPolicy(
+        root=settings.workspace_root,
+        allowlist=split_names(settings.process_allowlist),
+        denylist=split_names(settings.process_denylist),
+        max_runtime_seconds=settings.process_max_runtime_seconds,
+        max_output_bytes=settings.process_max_output_bytes,
+        max_live_per_tenant=settings.process_max_live_per_tenant,
+        persisted_output_bytes=settings.process_persisted_output_bytes,
+        path=settings.process_path,
+        secrets=tuple(s for s in masked if len(s) >= 4),
+    )
+    return ProcessManager(runtime, policy)
+
+
+def _workspace_of(
+    settings: Settings, runtime: SessionRuntime
+) -> Callable[[ToolContext], Awaitable[Path]]:
+    """The calling session's workspace folder (as processes use it), created on first use:
+    where an MCP server started per workspace runs."""
+    policy = ProcessPolicy(root=settings.workspace_root)
+
+    async def workspace_of(context: ToolContext) -> Path:
+        session = await runtime.get(context.tenant_id, context.session_id)
+        name = workspace_name(session.binding or {}, context.session_id)
+        folder = workspace_dir(policy, context.tenant_id, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    return workspace_of
+
+
+def _discovery_dir(settings: Settings) -> Path:
+    """Where MCP servers are started to list their tools: the workspace root, never a
+    tenant's folder."""
+    folder = settings.workspace_root.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+# ---------------------------------------------------------------- runs and schedules
+
+
+def enter_runs(
+    stack: AsyncExitStack,
+    settings: Settings,
+    runtime: SessionRuntime,
+    *,
+    plane: ToolPlane,
+    models: ModelRegistry,
+    control: EventBus,
+    shutdown_event: asyncio.Event,
+    redactor: Redactor,
+) -> RunManager:
+    """The run manager (the delegator attached: a child run is a run), sweeping expired
+    leases; on stop, live runs get 5 s to finish, then are interrupted."""
+    runs = RunManager(
+        runtime,
+        models=models,
+        tools=plane.registry,
+        lease_seconds=settings.run_lease_seconds,
+        sweep_seconds=settings.run_sweep_seconds,
+        shutdown_event=shutdown_event,
+        redactor=redactor,
+        max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
+        max_runs_per_minute=settings.max_runs_per_minute,
+        control=control,
+    )
+    plane.delegator.attach(runs)
+    runs.start_sweeper()
+    stack.push_async_callback(runs.shutdown, grace_seconds=5.0)
+    return runs
+
+
+def enter_scheduler(
+    stack: AsyncExitStack,
+    settings: Settings,
+    store: AgentSessionStore,
+    *,
+    runtime: SessionRuntime,
+    runs: RunManager,
+    blueprints: Blueprints,
+    metrics: Metrics | None,
+) -> Scheduler:
+    """The schedule verbs, firing due ticks here when schedules are enabled; stopped before
+    the runs either way, so no tick starts a run during the drain."""
+    timing = SchedulerTiming(
+        poll_seconds=settings.schedule_poll_seconds,
+        claim_seconds=settings.schedule_claim_seconds,
+        misfire_grace_seconds=settings.schedule_misfire_grace_seconds,
+    )
+    scheduler = Scheduler(
+        store, runtime, runs, blueprints=blueprints, timing=timing, observer=metrics
+    )
+    if settings.schedules_enabled:
+        scheduler.start()
+    stack.push_async_callback(scheduler.stop)
+    return scheduler
+
+
+# ---------------------------------------------------------------- access
+
+
+async def bootstrap_default_tenant(settings: Settings, accounts: Accounts) -> None:
+    """On an empty database (when enabled), create tenant `default` and print its key."""
+    if not settings.bootstrap_default_tenant:
+        return
+    key = await accounts.bootstrap()
+    if key is not None:
+        # Printed once to the console, never logged: it is the only copy.
+        print("Created tenant 'default'. Its API key (shown once):", flush=True)
+        print(key, flush=True)
+
+
+def enter_revocations(
+    stack: AsyncExitStack, settings: Settings, accounts: Accounts
+) -> RevocationWatch:
+    """The watch that ends a stream once its key is revoked, started."""
+    revocations = RevocationWatch(accounts, interval=settings.sse_key_check_seconds)
+    revocations.start()
+    stack.push_async_callback(revocations.stop)
+    return revocations
+
+
+def build_stream_tokens(settings: Settings) -> StreamTokens:
+    """The signer of stream tokens: ASR_STREAM_TOKEN_SECRET, else a random key of this
+    process."""
+    secret = settings.stream_token_secret
+    if secret is None:
+        if not settings.is_sqlite:
+            # Each replica would sign with its own random key and refuse the others' tokens.
+            log.warning("ASR_STREAM_TOKEN_SECRET is unset: stream tokens work on this replica only")
+        return StreamTokens(secrets.token_bytes(32), ttl_seconds=settings.stream_token_ttl_seconds)
+    raw = secret.get_secret_value().encode()
+    return StreamTokens(raw, ttl_seconds=settings.stream_token_ttl_seconds)
+
+
+# ---------------------------------------------------------------- webhooks
+
+
+def enter_webhooks(
+    stack: AsyncExitStack,
+    settings: Settings,
+    store: AgentSessionStore,
+    *,
+    owner: str,
+    metrics: Metrics | None,
+) -> tuple[Webhooks, Deliverer | None]:
+    """The subscriptions, and this replica's deliverer (started) unless turned off here."""
+    targets = TargetPolicy(parse_networks(settings.webhook_allow_networks))
+    webhooks = Webhooks(store, targets=targets, max_per_tenant=settings.webhook_max_per_tenant)
+    deliverer = build_deliverer(settings, store, targets, owner=owner, observer=metrics)
+    if deliverer is not None:
+        deliverer.start()
+        stack.push_async_callback(deliverer.stop)
+    return webhooks, deliverer
+
+
+def build_deliverer(
+    settings: Settings,
+    store: AgentSessionStore,
+    targets: TargetPolicy,
+    *,
+    owner: str,
+    observer: Metrics | None,
+) -> Deliverer | None:
+    """This replica's webhook deliverer, or None when the operator turned it off here."""
+    if not settings.webhooks_enabled:
+        return None
+    policy = DeliveryPolicy(
+        timeout_seconds=settings.webhook_timeout_seconds,
+        max_response_bytes=settings.webhook_max_response_bytes,
+        retry_window_seconds=settings.webhook_retry_window_seconds,
+        backoff_base_seconds=settings.webhook_backoff_base_seconds,
+        backoff_cap_seconds=settings.webhook_backoff_cap_seconds,
+        poll_seconds=settings.webhook_poll_seconds,
+        batch=settings.webhook_batch,
+    )
+    return Deliverer(store, owner=owner, targets=targets, policy=policy, observer=observer)
