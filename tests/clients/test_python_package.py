@@ -74,6 +74,19 @@ def test_stream_frame_models_are_generated_from_the_openapi_document(server: Ser
     )
 
 
+def test_the_version_follows_the_api_version(server: Server) -> None:
+    """Version policy: the client's major.minor is the API's (`info.version`), the patch its
+    own; `__version__` is the distribution's version."""
+    import tomllib
+
+    import asr_client
+
+    api = httpx.get(server.base_url + "/openapi.json", timeout=10).json()["info"]["version"]
+    version = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["version"]
+    assert asr_client.__version__ == version
+    assert version.split(".")[:2] == api.split(".")[:2], (version, api)
+
+
 @pytest.mark.timeout(600)
 async def test_pip_install_in_a_fresh_venv_and_a_project_with_its_own_app_package(
     server: Server, tenant: TenantKey, tmp_path: Path

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .events import DeltaFrame, EventFrame, LedgerEvent, StreamFrame
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "ApiError",
