@@ -1,6 +1,7 @@
 """The Python client as its own distribution (issue #18): it installs without the server's
 stack, a project with its own `app` package can use it, its models match the live OpenAPI
-document, and the sync client is what tools/unasync.py generates from the async one."""
+document (its stream frame models are generated from it), and the sync client is what
+tools/unasync.py generates from the async one."""
 
 from __future__ import annotations
 
@@ -56,6 +57,34 @@ def test_response_models_match_the_openapi_components(server: Server) -> None:
         assert not (required & optional_here - {"processes", "pending", "history"}), name
         checked += 1
     assert checked >= 30
+
+
+def test_stream_frame_models_are_generated_from_the_openapi_document(server: Server) -> None:
+    """`asr_client/events.py` (one model per event type, a union discriminated by `type`, the
+    delta, control and problem frames) is what tools/gen_events.py makes of /openapi.json."""
+    document = httpx.get(server.base_url + "/openapi.json", timeout=10).json()
+    sys.path.insert(0, str(CLIENT / "tools"))
+    try:
+        import gen_events
+    finally:
+        sys.path.remove(str(CLIENT / "tools"))
+    generated = (CLIENT / "asr_client" / "events.py").read_text()
+    assert generated == gen_events.render(document), (
+        "run: python clients/python/tools/gen_events.py <server>/openapi.json"
+    )
+
+
+def test_the_version_follows_the_api_version(server: Server) -> None:
+    """Version policy: the client's major.minor is the API's (`info.version`), the patch its
+    own; `__version__` is the distribution's version."""
+    import tomllib
+
+    import asr_client
+
+    api = httpx.get(server.base_url + "/openapi.json", timeout=10).json()["info"]["version"]
+    version = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["version"]
+    assert asr_client.__version__ == version
+    assert version.split(".")[:2] == api.split(".")[:2], (version, api)
 
 
 @pytest.mark.timeout(600)

@@ -7,12 +7,15 @@
         run = asr.run(session.session_id, "hello")
         for frame in asr.stream_events(session.session_id, after_seq=0):
             print(frame.id, frame.event)
+            if isinstance(frame, events.RunFinishedEvent):  # typed: asr_client.events
+                print(frame.payload.stop_reason)
 
 Depends on httpx, httpx-sse and pydantic only.
 """
 
 from ._async import AsyncSessionClient
-from ._core import Frame, RetryPolicy, new_idempotency_key
+from ._core import RetryPolicy, new_idempotency_key
+from ._frame import Frame
 from ._sync import SessionClient
 from .errors import (
     ApiError,
@@ -27,8 +30,9 @@ from .errors import (
     ServerError,
     ValidationError,
 )
+from .events import DeltaFrame, EventFrame, LedgerEvent, StreamFrame
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "ApiError",
@@ -37,7 +41,10 @@ __all__ = [
     "AuthenticationError",
     "ConflictError",
     "ConnectionFailedError",
+    "DeltaFrame",
+    "EventFrame",
     "Frame",
+    "LedgerEvent",
     "NotFoundError",
     "PayloadTooLargeError",
     "PreconditionFailedError",
@@ -45,6 +52,7 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "SessionClient",
+    "StreamFrame",
     "ValidationError",
     "new_idempotency_key",
 ]

@@ -17,8 +17,18 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
 
+from ._frame import Frame
 from .errors import ServerError, raise_for_problem
+from .events import (
+    EVENT_MODELS,
+    DeltaFrame,
+    ProblemFrame,
+    ShutdownFrame,
+    StreamEndFrame,
+    StreamFrame,
+)
 
 T = TypeVar("T")
 
@@ -140,20 +150,6 @@ def retry_after_of(response: httpx.Response) -> float | None:
 # ------------------------------------------------------------------------------ streams
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One SSE frame: a ledger event (`id` set, `data` the event JSON), or a frame without
-    an id -- a delta (`event` = `delta`), or `ERROR` with a problem body."""
-
-    event: str
-    data: dict[str, Any]
-    id: str | None
-
-    @property
-    def is_event(self) -> bool:
-        return self.id is not None
-
-
 def ndjson_line(line: str) -> dict[str, Any]:
     """One line of an NDJSON export: one event."""
     value = json.loads(line)
@@ -165,9 +161,9 @@ def is_noise(sse: Any) -> bool:
     return sse.event == "message" and not sse.data
 
 
-def to_frame(sse: Any, previous_id: str | None) -> Frame:
-    """The frame of a decoded SSE message. `previous_id` is the id of the last message on
-    the same connection: the SSE decoder carries an id over to the messages after it (as
+def to_frame(sse: Any, previous_id: str | None) -> StreamFrame:
+    """The typed frame of a decoded SSE message. `previous_id` is the id of the last message
+    on the same connection: the SSE decoder carries an id over to the messages after it (as
     the spec's last-event-id buffer does), so a repeat means the frame had no id of its own
     (a delta, or a control frame). Event ids never repeat: they are seqs or cursors."""
     own_id = sse.id if sse.id and sse.id != previous_id else None
@@ -177,7 +173,32 @@ def to_frame(sse: Any, previous_id: str | None) -> Frame:
         data = {"raw": sse.data}
     if not isinstance(data, dict):
         data = {"value": data}
-    return Frame(event=sse.event, data=data, id=own_id)
+    return typed_frame(sse.event, data, own_id)
+
+
+def typed_frame(event: str, data: dict[str, Any], id: str | None) -> StreamFrame:
+    """The model of a frame (see `asr_client.events`): a ledger event's by its `type`, a
+    delta, a control frame or a problem. What fits none (a newer server's event type, a
+    field this client reads otherwise) is a plain `Frame`: a stream never fails on a type."""
+    if id is not None:
+        model: type[Frame] | None = EVENT_MODELS.get(str(data.get("type")))
+    else:
+        model = _FRAME_MODELS.get(event)
+    if model is not None:
+        try:
+            return model.of(event, data, id)
+        except PydanticValidationError:
+            pass
+    return Frame.of(event, data, id)
+
+
+_FRAME_MODELS: dict[str, type[Frame]] = {
+    "delta": DeltaFrame,
+    "reasoning_delta": DeltaFrame,
+    "overflow": StreamEndFrame,
+    "shutdown": ShutdownFrame,
+    "ERROR": ProblemFrame,
+}
 
 
 def asks_to_come_back(frame: Frame) -> bool:

@@ -21,7 +21,6 @@ from httpx_sse import connect_sse
 from ._core import (
     STREAM_RECONNECT_LIMIT,
     Call,
-    Frame,
     RetryPolicy,
     asks_to_come_back,
     clean,
@@ -38,6 +37,7 @@ from ._core import (
     to_frame,
 )
 from .errors import ConnectionFailedError, raise_for_problem
+from .events import StreamFrame
 from .models import (
     AgentList,
     AppendRead,
@@ -697,8 +697,11 @@ class SessionClient:
         limits: JSON | None = None,
         include_deltas: bool = True,
         idempotency_key: str | None = None,
-    ) -> Iterator[Frame]:
+    ) -> Iterator[StreamFrame]:
         """Run the agent in stream mode: its events (id = seq) and deltas, until RUN_FINISHED.
+
+        Each frame is typed (`asr_client.events`): a ledger event's model (`RunFinishedEvent`,
+        ... with its typed `payload`) or a `DeltaFrame`; `event`, `data` and `id` as before.
 
         After a drop the run is not started again: before its first event the same request
         is sent again with the same Idempotency-Key (the server streams the run it already
@@ -741,7 +744,7 @@ class SessionClient:
             if ends_run(frame, run_id):
                 return
 
-    def _stream_frames(self, start: Call[Any]) -> Iterator[Frame]:
+    def _stream_frames(self, start: Call[Any]) -> Iterator[StreamFrame]:
         """The frames of a POSTed stream; sent again (same key) while no event has come."""
         failures = 0
         seen_event = False
@@ -788,7 +791,7 @@ class SessionClient:
         after_seq: int | None = None,
         types: list[str] | None = None,
         deltas: bool = False,
-    ) -> Iterator[Frame]:
+    ) -> Iterator[StreamFrame]:
         """The session's timeline: replay after `after_seq`, then live, resumed from the last
         event id after any drop (and after the server's `overflow` or `shutdown` frames)."""
         path = _s(session_id) + "/events/stream"
@@ -797,13 +800,13 @@ class SessionClient:
 
     def stream_tenant_events(
         self, *, after: str | None = None, types: list[str] | None = None
-    ) -> Iterator[Frame]:
+    ) -> Iterator[StreamFrame]:
         """Every session of the tenant, resumed from the last (opaque) event id after a drop."""
         yield from self._follow("/v1/events/stream", stream_params(types), after)
 
     def _follow(
         self, path: str, params: dict[str, Any], last_id: str | None
-    ) -> Iterator[Frame]:
+    ) -> Iterator[StreamFrame]:
         failures = 0
         while True:
             wait: float | None = None

@@ -1,6 +1,7 @@
 // The type-drift check: regenerate src/schema.ts from the live /openapi.json and compare.
 // A difference means the service's contract changed and `npm run generate` was not run
 // (or the generated file was edited by hand). ASR_OPENAPI_URL names the live document.
+// It also checks the version policy: the package's major.minor is the API's (`info.version`).
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -25,3 +26,12 @@ if (want !== have) {
   process.exit(1);
 }
 console.log(`src/schema.ts matches ${url}`);
+
+const api = (await (await fetch(url)).json()).info.version;
+const { version } = JSON.parse(readFileSync("package.json", "utf8"));
+const minor = (v) => v.split(".").slice(0, 2).join(".");
+if (minor(version) !== minor(api)) {
+  console.error(`package.json version ${version}: its major.minor must be the API version's (${api})`);
+  process.exit(1);
+}
+console.log(`version ${version} follows API version ${api}`);

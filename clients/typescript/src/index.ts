@@ -8,15 +8,15 @@
  */
 
 import type { components, operations } from "./schema.js";
-import { type Frame, readFrames } from "./sse.js";
+import { type DeltaData, type Frame, type LedgerEvent, readFrames } from "./sse.js";
 
 export type { components, operations, paths } from "./schema.js";
-export type { Frame } from "./sse.js";
+export type {
+  ControlFrame, DeltaData, DeltaStreamFrame, EventFrame, EventOf, EventType, Frame, LedgerEvent, ProblemFrame,
+} from "./sse.js";
+export { isEventFrame, readFrames } from "./sse.js";
 
 export type Schemas = components["schemas"];
-/** Any ledger event; narrow its `payload` by checking `type`. */
-export type LedgerEvent = Schemas["EventList"]["data"][number];
-export type EventType = LedgerEvent["type"];
 type JsonBody<K extends keyof operations> = operations[K] extends {
   requestBody?: { content: { "application/json": infer B } };
 }
@@ -422,7 +422,7 @@ export class AsrClient {
           if (frame.id !== null) {
             if (Number(frame.id) <= lastSeq) continue;
             lastSeq = Number(frame.id);
-            runId ??= (frame.data.run_id as string | undefined) ?? null;
+            runId ??= frame.data.run_id ?? null;
           }
           yield frame;
           if (endsRun(frame, runId)) return;
@@ -496,7 +496,7 @@ export class AsrClient {
     sessionId: string,
     handlers: {
       onEvent: (event: LedgerEvent) => void;
-      onDelta?: (delta: Record<string, unknown>) => void;
+      onDelta?: (delta: DeltaData) => void;
       onState?: (state: "connecting" | "live" | "reconnecting" | "closed") => void;
       afterSeq?: number;
       deltas?: boolean;
@@ -526,7 +526,7 @@ export class AsrClient {
       };
       for (const type of types) current.addEventListener(type, onEvent as EventListener);
       current.addEventListener("delta", ((message: MessageEvent<string>) =>
-        handlers.onDelta?.(JSON.parse(message.data) as Record<string, unknown>)) as EventListener);
+        handlers.onDelta?.(JSON.parse(message.data) as DeltaData)) as EventListener);
       const reopen = () => {
         current.close();
         if (closed) return;
