@@ -89,7 +89,7 @@ def test_the_session_runtime_is_the_only_session_store_caller() -> None:
 
 def test_routes_take_the_services_as_typed_dependencies() -> None:
     """No `<x>.app.state` in the API: routes get `Services` fields through the `Annotated`
-    aliases of `app/api/deps.py`, and middlewares through `services_of` (docs/ARCHITECTURE.md,
+    aliases of `app/api/http/deps.py`, and middlewares through `services_of` (docs/ARCHITECTURE.md,
     "Assembly")."""
     found = [
         f"{path.relative_to(ROOT)}:{node.lineno}"
