@@ -24,12 +24,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
+from app.api.http.metrics import Metrics
 from app.api.http.problems import install_problem_handlers
 from app.api.openapi.document import install_openapi, operation_id
-from app.api.ops.access import AccessMiddleware
-from app.api.ops.metrics import Metrics
 from app.api.routes import include_routers
 from app.api.streams.revocation import StreamRevocationMiddleware
 from app.assembly import open_services

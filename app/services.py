@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from starlette.applications import Starlette
 
-    from app.api.ops.metrics import Metrics
+    from app.api.http.metrics import Metrics
     from app.live.bus import EventBus
     from app.live.run_follow import RunStreams
     from app.live.stream_response import StreamSlots

@@ -7,9 +7,10 @@
   in stream mode, and the end of a stream whose key is revoked;
 - `ag_ui/`: the AG-UI protocol over sessions and runs; each external protocol gets a folder
   of its own beside it;
-- `http/`: what every route shares: the `Annotated` dependencies, problem+json, the
-  Idempotency-Key, list pages, response views, the body limit, CORS;
-- `ops/`: health, readiness and Prometheus metrics, the access log, the debug gauges;
+- `http/`: what every request shares: the `Annotated` dependencies, problem+json, the
+  Idempotency-Key, list pages, response views, the body limit, CORS, the access log and
+  the Prometheus metrics;
+- `ops/`: the operations routes: health, readiness, the metrics exposition, debug gauges;
 - `openapi/`: the OpenAPI document as the contract, its examples, the /docs pages;
 - `routes.py`: every router, included in one place.
 """

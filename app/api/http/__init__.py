@@ -1,4 +1,5 @@
-"""What every route shares: the `Annotated` dependencies (`deps.py`), problem+json
+"""What every request shares: the `Annotated` dependencies (`deps.py`), problem+json
 (`problems.py`), the Idempotency-Key (`idempotency.py`), keyset pages (`pages.py`), runtime
-objects as response dicts (`views.py`), the body limit and JSON shape check (`limits.py`)
-and CORS (`cors.py`)."""
+objects as response dicts (`views.py`), the body limit and JSON shape check (`limits.py`),
+CORS (`cors.py`), the request id, access log and HTTP metrics (`access.py`), and every
+Prometheus metric of the service (`metrics.py`, the runtime's Observer)."""

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.api.ops.metrics import Metrics
+from app.api.http.metrics import Metrics
 from app.live.run_follow import RunStreams
 from app.live.stream_response import StreamSlots
 from app.logs import bind

@@ -29,7 +29,7 @@ from app.api.rest.schemas import (
     ToolOutputsRequest,
     UsageRead,
 )
-from app.api.streams.run import run_stream_response
+from app.api.streams.run_response import run_stream_response
 from app.live.run_follow import RunStreams
 from app.runtime.access.accounts import Principal
 from app.runtime.errors import RunNotFound

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.ops.access import is_event_stream
+from app.api.http.access import is_event_stream
 from app.api.streams.frames import error_frame
 from app.runtime.errors import Unauthorized
 from app.services import services_of

@@ -26,7 +26,7 @@ from typing import Any
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.ops.metrics import UNMATCHED_ROUTE, Metrics
+from app.api.http.metrics import UNMATCHED_ROUTE, Metrics
 from app.logs import log_context
 from app.runtime.observer import sse_stream
 
