@@ -35,8 +35,8 @@ from pydantic import ValidationError
 from app.api.ag_ui.history import lags_behind, reconcile, snapshot_messages
 from app.api.ag_ui.stream import Translator
 from app.api.http.deps import BlueprintsDep, RunsDep, RunStreamsDep, RuntimeDep, TenantDep
+from app.api.http.inputs import SESSION_ID_PATTERN
 from app.api.http.problems import problem_responses
-from app.api.rest.schemas import SESSION_ID_PATTERN
 from app.live.run_follow import RunFollow, RunStreams
 from app.live.stream_response import StreamResponse
 from app.live.timeline import StreamEnd

@@ -10,22 +10,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.api.http.deps import RuntimeDep, SettingsDep, TenantDep
+from app.api.http.inputs import MAX_SEQ, split_types
 from app.api.http.problems import problem_responses
 from app.api.http.views import event_json
-from app.api.rest.schemas import MAX_SEQ, EventList
+from app.api.rest.schemas import EventList
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 
 NDJSON = "application/x-ndjson"
 _EXPORT_BATCH = 1000
-
-
-def _types(values: list[str] | None) -> list[str] | None:
-    """`types` may repeat and may hold comma-separated names."""
-    if not values:
-        return None
-    out = [t.strip() for v in values for t in v.split(",") if t.strip()]
-    return out or None
 
 
 @router.get(
@@ -56,7 +49,7 @@ async def list_events(
     `run_id`. With `Accept: application/x-ndjson`, every matching event, one JSON object a line.
     Each event's `payload` is typed by its `type` (see `GET /v1/event-types`).
     """
-    wanted = _types(types)
+    wanted = split_types(types)
     if NDJSON in request.headers.get("accept", ""):
         await runtime.get(tenant.tenant_id, session_id)  # 404 before the stream starts
 

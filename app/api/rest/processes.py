@@ -14,10 +14,10 @@ from fastapi.responses import JSONResponse
 
 from app.api.http.deps import IdempotencyKey, ProcessesDep, RuntimeDep, TenantDep
 from app.api.http.idempotency import idempotent
+from app.api.http.inputs import MAX_SEQ
 from app.api.http.problems import problem_responses
 from app.api.http.views import process_json
 from app.api.rest.schemas import (
-    MAX_SEQ,
     ProcessCreate,
     ProcessList,
     ProcessLogs,

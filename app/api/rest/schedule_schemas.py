@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.api.rest.schemas import SESSION_ID_PATTERN, _Request
+from app.api.http.inputs import SESSION_ID_PATTERN, RequestBody
 from app.runtime.memory.items import ContentPart
 from app.runtime.schedules.cadence import MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
 
@@ -27,7 +27,7 @@ _MULTITASK = (
 _INPUT = "The input each tick's run gets (as `input` of a run)."
 
 
-class ScheduleCreate(_Request):
+class ScheduleCreate(RequestBody):
     session_id: str | None = Field(
         default=None,
         pattern=SESSION_ID_PATTERN,
@@ -53,7 +53,7 @@ class ScheduleCreate(_Request):
     paused: bool = Field(default=False, description="Create it paused (resume to start).")
 
 
-class SchedulePatch(_Request):
+class SchedulePatch(RequestBody):
     """Only the fields given change; a new cron, timezone or interval starts from now."""
 
     input: str | list[ContentPart] | None = Field(default=None, description=_INPUT)

@@ -1,80 +1,21 @@
 """HTTP request and response models. Request bodies refuse unknown fields, so a client can
-never set server-owned fields such as tenant_id, seq or version."""
+never set server-owned fields such as tenant_id, seq or version (their base, `RequestBody`,
+is `app/api/http/inputs.py`'s)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.http.inputs import MAX_SEQ, SESSION_ID_PATTERN, RequestBody
 from app.api.rest.event_models import EventRead, EventTypeName
 from app.runtime.memory.items import ContentPart, MemoryItem
 from app.runtime.runs.agent import AgentSpec
-from app.runtime.session.json_limits import check_json_value
-
-SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-# The largest seq a request may name: any larger value cannot exist, and one past 2**63
-# would not even fit the database's integer (SQLite raises OverflowError, a 500).
-MAX_SEQ = 2**53 - 1
 
 
-def check_storable_text(value: Any) -> None:
-    """Refuse unpaired surrogates with a 422: text no backend can store as it was sent.
-
-    They are valid JSON escapes, and SQLite keeps them, but they are not Unicode text:
-    PostgreSQL refuses them in JSONB and text, so left alone they would fail at the database,
-    as a 500, on one backend only. (NUL, the other such character, is stored as U+FFFD by the
-    store's redaction funnel.)
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError("text may not contain unpaired surrogates") from None
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
-def integral_numbers(value: Any) -> Any:
-    """The body with every integral float (`378.0`) as an int (`378`).
-
-    JSON has one number type: `378.0` and `378` are the same number, and JSON Schema's
-    `integer` accepts both, so a field the schema calls an integer must too. Strict validation
-    would refuse the float; this turns it into the int it equals first. Other floats stay
-    floats (a fraction in an integer field is still a 422), and nothing else changes.
-    """
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: integral_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [integral_numbers(item) for item in value]
-    return value
-
-
-class _Request(BaseModel):
-    # strict: `0` is not `false` and `"1"` is not `1` -- a schema-violating body is a 422.
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _storable_text(cls, data: Any) -> Any:
-        check_storable_text(data)
-        # Raises the domain errors themselves (not ValueError), so they pass through pydantic
-        # and answer with their own codes (json_too_deep, non_finite_number). The raw body was
-        # scanned already; this catches what only parsing shows, such as 1e999 (infinity).
-        check_json_value(data)
-        return integral_numbers(data)
-
-
-class SessionCreate(_Request):
+class SessionCreate(RequestBody):
     # An inline agent and a named one exclude each other (422 otherwise).
     model_config = ConfigDict(
         json_schema_extra={
@@ -124,7 +65,7 @@ class EventTypeList(BaseModel):
     data: list[EventTypeRead]
 
 
-class SessionPatch(_Request):
+class SessionPatch(RequestBody):
     metadata: dict[str, Any] | None = Field(
         default=None, description="RFC 7386 merge patch; null deletes a key."
     )
@@ -134,7 +75,7 @@ class SessionPatch(_Request):
     clear_window: bool = Field(default=False, description="Remove the memory window.")
 
 
-class ItemsAppend(_Request):
+class ItemsAppend(RequestBody):
     items: list[MemoryItem] = Field(min_length=1)
     expected_seq: int | None = Field(
         default=None,
@@ -144,13 +85,13 @@ class ItemsAppend(_Request):
     )
 
 
-class ResumeRequest(_Request):
+class ResumeRequest(RequestBody):
     binding: dict[str, Any] | None = Field(
         default=None, description="Must equal the stored binding, else 409 binding_mismatch."
     )
 
 
-class ForkRequest(_Request):
+class ForkRequest(RequestBody):
     # `rebind` moves the child to the `binding` given, so it needs one (422 otherwise).
     model_config = ConfigDict(
         json_schema_extra={
@@ -174,7 +115,7 @@ class ForkRequest(_Request):
     rebind: bool = Field(default=False, description="Bind the child to `binding` instead.")
 
 
-class RestoreRequest(_Request):
+class RestoreRequest(RequestBody):
     state: dict[str, Any] = Field(description="A recovery object, as GET .../state returns it.")
 
 
@@ -301,13 +242,13 @@ class MemoryView(BaseModel):
 # --------------------------------------------------------------------------- runs
 
 
-class ClientTool(_Request):
+class ClientTool(RequestBody):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][\w.-]*$")
     description: str = Field(default="", max_length=4096)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class RunLimits(_Request):
+class RunLimits(RequestBody):
     max_total_turns: int | None = Field(default=None, ge=1, le=1000)
     max_auto_followups: int | None = Field(default=None, ge=0, le=100)
     max_tool_calls: int | None = Field(default=None, ge=0, le=1000)
@@ -318,7 +259,7 @@ class RunLimits(_Request):
 RunMode = Literal["wait", "stream", "background"]
 
 
-class RunCreate(_Request):
+class RunCreate(RequestBody):
     input: str | list[ContentPart] | None = Field(
         default=None, description="The user's message; omit to continue without new input."
     )
@@ -366,12 +307,12 @@ class RunList(BaseModel):
     data: list[RunRead]
 
 
-class ToolOutput(_Request):
+class ToolOutput(RequestBody):
     call_id: str = Field(min_length=1, max_length=128)
     output: str = Field(max_length=1_000_000)
 
 
-class ToolOutputsRequest(_Request):
+class ToolOutputsRequest(RequestBody):
     outputs: list[ToolOutput] = Field(min_length=1, max_length=64)
     replace: bool = Field(default=False, description="Replace earlier outputs instead.")
     continue_run: bool = Field(
@@ -380,7 +321,7 @@ class ToolOutputsRequest(_Request):
     mode: RunMode = "wait"
 
 
-class ApprovalRequest(_Request):
+class ApprovalRequest(RequestBody):
     call_id: str = Field(min_length=1, max_length=128)
     decision: Literal["approve", "reject"]
     reason: str | None = Field(default=None, max_length=4096)
@@ -400,7 +341,7 @@ class UsageRead(BaseModel):
     runs: list[dict[str, Any]]
 
 
-class CompactRequest(_Request):
+class CompactRequest(RequestBody):
     strategy: Literal["truncate", "summarize", "tool_results"] | None = Field(
         default=None, description="Default: the agent's compaction policy."
     )
@@ -441,27 +382,10 @@ class ContextRead(BaseModel):
     estimate: EstimateRead
 
 
-class StreamTokenCreate(_Request):
-    session_id: str | None = Field(
-        default=None,
-        pattern=SESSION_ID_PATTERN,
-        description="Scope the token to this session's stream; omit for all of the tenant's.",
-    )
-    ttl_seconds: int | None = Field(
-        default=None, ge=10, le=3600, description="Lifetime; ASR_STREAM_TOKEN_TTL_SECONDS caps it."
-    )
-
-
-class StreamTokenRead(BaseModel):
-    token: str = Field(description="Pass as `?token=` to the stream routes.")
-    expires_at: datetime
-    session_id: str | None
-
-
 # ---------------------------------------------------------------------- processes
 
 
-class ProcessCreate(_Request):
+class ProcessCreate(RequestBody):
     command: str = Field(
         min_length=1,
         max_length=8192,
@@ -511,7 +435,7 @@ class ProcessLogs(BaseModel):
     data: str
 
 
-class StdinWrite(_Request):
+class StdinWrite(RequestBody):
     data: str = Field(default="", max_length=65_536)
     eof: bool = Field(default=False, description="Close stdin after writing.")
 
@@ -525,7 +449,7 @@ class StdinRead(BaseModel):
 # --------------------------------------------------------------------- delegation
 
 
-class DelegateCreate(_Request):
+class DelegateCreate(RequestBody):
     input: str = Field(min_length=1, max_length=1_000_000, description="The child's input.")
     agent: AgentSpec | None = Field(default=None, description="Default: the caller's agent.")
     metadata: dict[str, Any] = Field(default_factory=dict)

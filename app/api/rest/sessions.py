@@ -20,10 +20,10 @@ from app.api.http.deps import (
     TenantDep,
 )
 from app.api.http.idempotency import idempotent
+from app.api.http.inputs import MAX_SEQ
 from app.api.http.pages import cut, decode_cursor
 from app.api.http.problems import problem_responses
 from app.api.rest.schemas import (
-    MAX_SEQ,
     AppendRead,
     ForkRequest,
     ItemsAppend,

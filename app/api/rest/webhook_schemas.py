@@ -7,13 +7,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.api.rest.schemas import SESSION_ID_PATTERN, _Request
+from app.api.http.inputs import SESSION_ID_PATTERN, RequestBody
 
 EVENT_TYPE_PATTERN = r"^(\*|[A-Z_]{1,64})$"
 EventTypeName = Annotated[str, Field(pattern=EVENT_TYPE_PATTERN)]
 
 
-class WebhookCreate(_Request):
+class WebhookCreate(RequestBody):
     url: str = Field(
         min_length=1,
         max_length=2048,
@@ -39,7 +39,7 @@ class WebhookCreate(_Request):
     description: str | None = Field(default=None, max_length=256)
 
 
-class WebhookPatch(_Request):
+class WebhookPatch(RequestBody):
     url: str | None = Field(default=None, min_length=1, max_length=2048)
     event_types: list[EventTypeName] | None = Field(default=None, min_length=1, max_length=64)
     session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN)

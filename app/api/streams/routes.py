@@ -22,11 +22,11 @@ from app.api.http.deps import (
     StreamTokensDep,
     TenantDep,
 )
+from app.api.http.inputs import split_types
 from app.api.http.problems import problem_responses
 from app.api.http.views import rfc3339
-from app.api.rest.events import _types
-from app.api.rest.schemas import StreamTokenCreate, StreamTokenRead
 from app.api.streams.frames import session_cursor, session_frames, tenant_cursor, tenant_frames
+from app.api.streams.schemas import StreamTokenCreate, StreamTokenRead
 from app.live.stream_response import StreamResponse, StreamStop
 from app.live.timeline import replay_then_live, tenant_timeline
 from app.runtime.access.stream_tokens import StreamGrant
@@ -93,7 +93,7 @@ async def stream_session_events(
     cursor = session_cursor(last_event_id, after_seq)
     if cursor > record.last_seq:
         raise CursorOutOfRange(cursor, record.last_seq)
-    wanted = _types(types)
+    wanted = split_types(types)
     batch = settings.sse_replay_batch
     stop = StreamStop()
     slot = slots.acquire(tenant_id)
@@ -150,7 +150,7 @@ async def stream_tenant_events(
         raise Unauthorized()  # a token scoped to one session does not open the tenant's stream
     tenant_id = grant.tenant_id
     cursor = tenant_cursor(last_event_id, after)
-    wanted = _types(types)
+    wanted = split_types(types)
     stop = StreamStop()
     slot = slots.acquire(tenant_id)
 
