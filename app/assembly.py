@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app.api.metrics import Metrics
+from app.api.http.metrics import Metrics
 from app.live.bus import EventBus
 from app.live.listener import make_bus
 from app.live.run_follow import RunStreams

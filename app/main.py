@@ -4,7 +4,7 @@ Nothing reads the environment or opens a connection at import time; run it with
 `asr serve`, or `uvicorn --factory app.main:create_app`.
 
 `app.state` holds the `Services` (`app.state.services`, read through `app.services.services_of`
-and the `Annotated` dependencies of `app/api/deps.py`) once the lifespan has entered them, and,
+and the `Annotated` dependencies of `app/api/http/deps.py`) once the lifespan has entered them, and,
 from construction on, what must exist before that:
 - `shutdown_event`: an `asyncio.Event` set as soon as the process starts to shut down. Under
   `asr serve` that is the moment SIGTERM/SIGINT arrives (before uvicorn's graceful drain, so
@@ -24,14 +24,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api.access import AccessMiddleware
-from app.api.cors import install_cors
-from app.api.limits import BodyLimitMiddleware
-from app.api.metrics import Metrics
-from app.api.openapi import install_openapi, operation_id
-from app.api.problems import install_problem_handlers
-from app.api.revocation import StreamRevocationMiddleware
+from app.api.http.access import AccessMiddleware
+from app.api.http.cors import install_cors
+from app.api.http.limits import BodyLimitMiddleware
+from app.api.http.metrics import Metrics
+from app.api.http.problems import install_problem_handlers
+from app.api.openapi.document import install_openapi, operation_id
 from app.api.routes import include_routers
+from app.api.streams.revocation import StreamRevocationMiddleware
 from app.assembly import open_services
 from app.live.stream_response import StreamShutdown
 from app.settings import Settings, get_settings, split_origins
@@ -67,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        # Served by app.api.docs with their assets from this process (no CDN).
+        # Served by app.api.openapi.docs with their assets from this process (no CDN).
         docs_url=None,
         redoc_url=None,
         generate_unique_id_function=operation_id,

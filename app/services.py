@@ -1,7 +1,7 @@
 """`Services`: everything the application holds while it runs, as one typed object.
 
 `app.assembly.open_services` builds it and enters every part on one exit stack (stop is
-start reversed); the app's lifespan puts it on `app.state.services`, and `app/api/deps.py`
+start reversed); the app's lifespan puts it on `app.state.services`, and `app/api/http/deps.py`
 hands its fields to routes as `Annotated` dependencies. Only this type is imported by the
 API: the store's classes are named here for the type checker alone, so `app/api` still
 imports nothing from `app/store`.
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from starlette.applications import Starlette
 
-    from app.api.metrics import Metrics
+    from app.api.http.metrics import Metrics
     from app.live.bus import EventBus
     from app.live.run_follow import RunStreams
     from app.live.stream_response import StreamSlots
@@ -44,7 +44,7 @@ __all__ = ["Services", "services_of"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """The running application's parts, listed as `open_services` builds them; each one
-    is read by routes through its alias in `app/api/deps.py`."""
+    is read by routes through its alias in `app/api/http/deps.py`."""
 
     settings: Settings
     metrics: Metrics | None  # None when ASR_METRICS_ENABLED=false

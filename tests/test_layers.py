@@ -3,7 +3,8 @@ runtime imports neither FastAPI nor SQLAlchemy nor the store nor the live path, 
 talks to the runtime and the live path, never to the store (issue #16). The live path
 (`app.live`) reads the store, the store never imports it, and neither imports the API: no
 circle between the packages. Only `app.main` and `app.assembly`
-assemble the store and the API."""
+assemble the store and the API. Inside the API, its rooms (rest, streams, ag_ui, http, ops,
+openapi) import each other one way."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def test_the_session_runtime_is_the_only_session_store_caller() -> None:
 
 def test_routes_take_the_services_as_typed_dependencies() -> None:
     """No `<x>.app.state` in the API: routes get `Services` fields through the `Annotated`
-    aliases of `app/api/deps.py`, and middlewares through `services_of` (docs/ARCHITECTURE.md,
+    aliases of `app/api/http/deps.py`, and middlewares through `services_of` (docs/ARCHITECTURE.md,
     "Assembly")."""
     found = [
         f"{path.relative_to(ROOT)}:{node.lineno}"
@@ -101,3 +102,27 @@ def test_routes_take_the_services_as_typed_dependencies() -> None:
         and node.value.attr == "app"
     ]
     assert found == []
+
+
+def api_room_imports() -> dict[str, set[str]]:
+    """Which rooms of `app/api` (its folders: rest, streams, ag_ui, http, ...) each imports."""
+    rooms: dict[str, set[str]] = {}
+    for path, names in imported_modules("api").items():
+        parts = path.relative_to(ROOT / "app" / "api").parts
+        if len(parts) < 2:
+            continue  # routes.py and __init__.py: above every room
+        used = {n.split(".")[2] for n in names if n.startswith("app.api.") and n.count(".") >= 2}
+        rooms.setdefault(parts[0], set()).update(used - {parts[0]})
+    return rooms
+
+
+def test_the_rooms_of_the_api_import_one_way() -> None:
+    """The rooms of `app/api` (docs/ARCHITECTURE.md, "Layers") import each other one way
+    only: `http` is under every room and imports none, and no two rooms reach each other."""
+    rooms = api_room_imports()
+    assert rooms["http"] == set()
+    reached = {room: set(used) for room, used in rooms.items()}
+    for _ in rooms:  # the transitive closure, one step per room
+        for used in reached.values():
+            used.update(*(reached.get(other, set()) for other in set(used)))
+    assert [room for room, used in reached.items() if room in used] == []

@@ -6,25 +6,25 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
-from app.api import (
-    ag_ui,
+from app.api.ag_ui import routes as ag_ui
+from app.api.openapi import docs
+from app.api.ops import debug
+from app.api.ops import routes as ops
+from app.api.rest import (
     agents,
-    debug,
     delegation,
-    docs,
     event_types,
     events,
     memory,
     models,
-    ops,
     processes,
     runs,
     schedules,
     sessions,
-    streams,
     tools,
     webhooks,
 )
+from app.api.streams import routes as streams
 from app.ui import router as ui_router
 
 ROUTERS: tuple[APIRouter, ...] = (

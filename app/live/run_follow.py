@@ -13,7 +13,7 @@ after the run's start: the run's task has not run yet, so no delta it publishes 
 (its events are replayed from the table in any case).
 
 The response that sends a run's timeline as Server-Sent Events is the API's
-(`app.api.run_stream`), as is the AG-UI translation (`app.api.ag_ui`).
+(`app.api.streams.run_response`), as is the AG-UI translation (`app.api.ag_ui.routes`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Domain errors of the runtime and the store.
 
 Every error the service raises on purpose is an `AgentSessionError` with a stable `code`;
-the HTTP layer maps each class to a status in one table (`app/api/problems.py`). Nothing here
+the HTTP layer maps each class to a status in one table (`app/api/http/problems.py`). Nothing here
 knows about HTTP.
 
     AgentSessionError

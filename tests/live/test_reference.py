@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.api.sse import event_frame
+from app.api.streams.frames import event_frame
 from app.live.bus import EventBus
 from app.live.listener import make_bus
 from app.live.reference import follow_table

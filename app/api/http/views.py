@@ -1,0 +1,121 @@
+"""Runtime objects -> response dicts (shapes declared in `app/api/rest/schemas.py`).
+
+Every timestamp leaves the service in one format, RFC 3339 in UTC with `Z`
+(`2026-05-01T12:00:00.123456Z`, the fraction only when there is one), whether a route answers
+with a dict that FastAPI serializes or with a ready JSON response, in events, streams and
+NDJSON alike. Token usage always carries its three counters, zero before a run has any.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app.runtime.ports import AppendResult, SessionRecord
+from app.runtime.session.events import Event
+from app.runtime.session.service import Loaded
+from app.runtime.session.state import SessionState
+
+
+def session_summary(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "session_id": record.session_id,
+        "root_session_id": record.root_session_id,
+        "parent_session_id": record.parent_session_id,
+        "forked_from_seq": record.forked_from_seq,
+        "status": record.status,
+        "metadata": record.metadata,
+        "agent": record.agent,
+        "binding": record.binding,
+        "last_seq": record.last_seq,
+        "version": record.version,
+        "active_run_id": record.active_run_id,
+        "created_at": rfc3339(record.created_at),
+        "updated_at": rfc3339(record.updated_at),
+    }
+
+
+def session_display(loaded: Loaded) -> dict[str, Any]:
+    state = loaded.state
+    kinds = [i.get("type") for i in state.items]
+    return {
+        **session_summary(loaded.session),
+        "counts": {
+            "items": len(state.items),
+            "messages": kinds.count("message"),
+            "function_calls": kinds.count("function_call"),
+            "function_call_outputs": kinds.count("function_call_output"),
+            "processes": len(state.processes),
+        },
+        "estimated_tokens": state.estimated_tokens(),
+        "has_summary": state.summary is not None,
+        "truncated": state.truncated_through > 0,
+        "max_items": state.max_items,
+        "last_compact": state.last_compact,
+        "breaker": state.breaker,
+        "usage": usage_json(state.usage),
+    }
+
+
+def recovery_object(loaded: Loaded) -> dict[str, Any]:
+    state = loaded.state.to_json()
+    return {
+        **state,
+        "usage": usage_json(state.get("usage")),
+        "session_id": loaded.session.session_id,
+        "version": loaded.session.version,
+    }
+
+
+def memory_json(state: SessionState) -> dict[str, Any]:
+    return {"items": state.items, "summary": state.summary}
+
+
+def append_result(result: AppendResult) -> dict[str, Any]:
+    events = result.events
+    return {
+        "session_id": result.session.session_id,
+        "first_seq": events[0].seq if events else result.session.last_seq,
+        "last_seq": result.session.last_seq,
+        "version": result.session.version,
+        "events": [event_json(e) for e in events],
+    }
+
+
+USAGE_COUNTERS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    """A timestamp as RFC 3339 in UTC with `Z` (a naive value is taken to be UTC already)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def rfc3339_text(value: str | None) -> str | None:
+    """`rfc3339` for a timestamp the runtime already wrote as ISO 8601 text."""
+    return rfc3339(datetime.fromisoformat(value)) if value else value
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """An event's wire shape with its time in the service's one format. The payload is the
+    ledger's, as it was written."""
+    body = event.to_json()
+    body["created_at"] = rfc3339(event.created_at)
+    return body
+
+
+def usage_json(usage: dict[str, int] | None) -> dict[str, int]:
+    """Token usage with every counter present: zero for what nothing has used yet."""
+    return {**dict.fromkeys(USAGE_COUNTERS, 0), **(usage or {})}
+
+
+def process_json(view: dict[str, Any]) -> dict[str, Any]:
+    """A process view with its times in the service's one format."""
+    return {
+        **view,
+        "started_at": rfc3339_text(view.get("started_at")),
+        "finished_at": rfc3339_text(view.get("finished_at")),
+    }
