@@ -1,4 +1,4 @@
-"""Realistic sessions through the runtime's API (issue #21, point 4): what a request pays.
+"""Realistic sessions through the runtime's API: what a request pays.
 
 The store benchmarks (store_bench.py) write STEP_END events, which fold to nothing, straight
 into `AgentSessionStore`. Here every event carries memory, as a real session's do: one

@@ -69,7 +69,7 @@ async def replay_then_live(
     DESIGN section 7, in this order: (1) subscribe, so that nothing committed from now on
     can be missed; (2) replay the table after the cursor, in short transactions; (3) pass
     live events only above the last seq handed on. `read_after(seq)` returns up to `batch`
-    events after seq (already filtered by `types`). `handoff_delay` is the R9 fault point.
+    events after seq (already filtered by `types`). `handoff_delay` is the fault point between the replay and the switch to live.
 
     `known`: the committed events from after `after_seq` up to the head the subscription
     was taken at (a run's start, for a stream opened with it), which replace the replay.

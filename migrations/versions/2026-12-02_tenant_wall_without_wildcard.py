@@ -1,4 +1,4 @@
-"""Row-level security without a master key (issue #17): no tenant value admits every tenant.
+"""Row-level security without a master key: no tenant value admits every tenant.
 
 0004's policies admitted any row when `app.tenant_id` was `*`, and the app role could set
 that itself (`set_config('app.tenant_id', '*', true)`), so neither SQL injected into its

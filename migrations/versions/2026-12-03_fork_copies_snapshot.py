@@ -1,4 +1,4 @@
-"""A fork copies the source's nearest snapshot server-side (issue #21).
+"""A fork copies the source's nearest snapshot server-side.
 
 `asr_fork_session` took the child's full state as JSON text (the source's fold, decoded,
 folded and encoded again in Python: about 90% of a 20,000-item fork) and wrote it as the

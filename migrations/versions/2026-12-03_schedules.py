@@ -1,4 +1,4 @@
-"""Schedules (issue #20): runs started on a cron expression or an interval, exactly once.
+"""Schedules: runs started on a cron expression or an interval, exactly once.
 
 `schedules` holds each schedule's target (a session, or a blueprint whose new session each
 tick runs on), its cadence, its policies and its next tick, with the claim of a tick being

@@ -1,4 +1,4 @@
-"""Webhooks (issue #20): subscriptions, and the outbox that triggers fill.
+"""Webhooks: subscriptions, and the outbox that triggers fill.
 
 `webhook_subscriptions` holds a tenant's subscriptions (URL, event types, an optional session
 or metadata filter, the signing secret, the state). `webhook_deliveries` is the

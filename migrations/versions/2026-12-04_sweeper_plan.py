@@ -1,5 +1,5 @@
 """The run sweeper's query: a partial index of the sessions that hold a run, and a plan
-made at each call (issue #21's benchmarks).
+made at each call.
 
 `asr_stale_runs` looked for runs no longer live that still hold their session by joining
 every finished run to sessions, with no index on `sessions.active_run_id`; and PL/pgSQL

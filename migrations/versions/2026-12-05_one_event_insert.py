@@ -1,4 +1,4 @@
-"""A fork's copy of its source's events moves into `asr_insert_events` (issue #15).
+"""A fork's copy of its source's events moves into `asr_insert_events`.
 
 The fork's server-side copy listed the event columns a second time, in `asr_fork_session`:
 a new event column had to be added there too, and a missed copy broke only forks, only on

@@ -1,4 +1,4 @@
-"""The webhook outbox is filled by `asr_insert_events`, not by a trigger (issue #21).
+"""The webhook outbox is filled by `asr_insert_events`, not by a trigger.
 
 Migration 0010 filled `webhook_deliveries` from a statement-level AFTER INSERT trigger on
 `session_events` with a transition table. PostgreSQL fills a transition table with every row

@@ -1,6 +1,6 @@
 """Test and diagnosis gauges, served only with ASR_DEBUG_ENDPOINTS=true.
 
-They answer the leak checks (R13): after streams are opened and dropped, the open-stream
+They answer the leak checks: after streams are opened and dropped, the open-stream
 gauge, the bus's subscriptions and the process's asyncio tasks must return to where they
 were. Counts only; no tenant data beyond tenant ids.
 """

@@ -1,4 +1,4 @@
-"""Webhooks (issue #20): subscriptions, Standard Webhooks signing, SSRF-checked delivery.
+"""Webhooks: subscriptions, Standard Webhooks signing, SSRF-checked delivery.
 
 - `records`: the records and the store protocol the webhook verbs need;
 - `service`: `Webhooks`, the verbs the API calls (create, list, get, update, delete, the

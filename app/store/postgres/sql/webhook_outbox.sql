@@ -1,4 +1,4 @@
--- The webhook outbox (issue #20): the deliveries of events p_first..p_last of one session,
+-- The webhook outbox: the deliveries of events p_first..p_last of one session,
 -- one row per (active subscription of the tenant, matching event). `asr_insert_events` calls
 -- it right after inserting those events, only when the tenant has an active subscription, so
 -- an outbox row commits exactly when its event does: none is lost if a replica dies after
