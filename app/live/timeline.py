@@ -1,9 +1,9 @@
 """A session's or a tenant's timeline: the table after a cursor, then live, each event once.
 
-DESIGN section 7: subscribe to the bus first, replay the table after the cursor in short
-transactions, then pass live events only above the last seq handed on. `reference.py` is
-the plain way to follow a session (read the table, wait, read again) against which this
-fast path is tested.
+As docs/reference/streams.md says: subscribe to the bus first, replay the table after the
+cursor in short transactions, then pass live events only above the last seq handed on.
+`reference.py` is the plain way to follow a session (read the table, wait, read again)
+against which this fast path is tested.
 """
 
 from __future__ import annotations
@@ -66,10 +66,11 @@ async def replay_then_live(
 ) -> AsyncGenerator[Batch | StreamEnd, None]:
     """A session's events after `after_seq`, then live, with no gap and no duplicate.
 
-    DESIGN section 7, in this order: (1) subscribe, so that nothing committed from now on
-    can be missed; (2) replay the table after the cursor, in short transactions; (3) pass
-    live events only above the last seq handed on. `read_after(seq)` returns up to `batch`
-    events after seq (already filtered by `types`). `handoff_delay` is the fault point between the replay and the switch to live.
+    In this order (docs/reference/streams.md): (1) subscribe, so that nothing committed from
+    now on can be missed; (2) replay the table after the cursor, in short transactions; (3)
+    pass live events only above the last seq handed on. `read_after(seq)` returns up to
+    `batch` events after seq (already filtered by `types`). `handoff_delay` is the fault
+    point between the replay and the switch to live.
 
     `known`: the committed events from after `after_seq` up to the head the subscription
     was taken at (a run's start, for a stream opened with it), which replace the replay.

@@ -19,7 +19,7 @@ class Observer(Protocol):
         """Events committed to the ledger (called after the commit, once per transaction)."""
 
     def run_finished(self, *, stop_reason: str, seconds: float) -> None:
-        """A run ended with `stop_reason` (DESIGN section 4) after `seconds` of wall time."""
+        """A run ended with `stop_reason` (docs/reference/runs.md) after `seconds` of wall time."""
 
     def model_call(
         self,

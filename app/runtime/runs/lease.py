@@ -1,4 +1,4 @@
-"""Ownership of a run: a lease with an epoch (DESIGN §9).
+"""Ownership of a run: a lease with an epoch (docs/explanation/design-notes.md).
 
 The owner renews the lease while it works and every write it makes is fenced by the epoch;
 a renewal that finds the run fenced (cancelled elsewhere, or taken over by the sweeper)

@@ -1,9 +1,9 @@
 """The event vocabulary and the event records the runtime reads and writes.
 
-The type strings are the DESIGN vocabulary exactly; they are what is stored, so a rename
-must keep the old string readable (see `MEMORY_EVENT_TYPES` in the projector). Each type's
-payload is built by its model in `app.runtime.session.event_payloads`, never as a dict at the call
-site.
+The type strings are the event vocabulary exactly (docs/reference/events.md); they are what
+is stored, so a rename must keep the old string readable (see `MEMORY_EVENT_TYPES` in the
+projector). Each type's payload is built by its model in
+`app.runtime.session.event_payloads`, never as a dict at the call site.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Event:
     position: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The event contract's wire shape (DESIGN section 3)."""
+        """The event contract's wire shape (docs/reference/events.md)."""
         return {
             "event_id": self.event_id,
             "session_id": self.session_id,

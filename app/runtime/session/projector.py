@@ -3,7 +3,7 @@
 `fold(state, events)` is pure and total: it never mutates its input (items are shared,
 never edited in place), and an event type it
 does not know is skipped (old ledgers and newer writers never crash a reader). Only the
-memory event types of the DESIGN change memory; MODEL_RESPONSE contributes token usage, and
+memory event types change memory; MODEL_RESPONSE contributes token usage, and
 PROCESS_STARTED / PROCESS_EXITED keep the session's process snapshots.
 
 Dispatch is one table, `HANDLERS`, from event type to the function that folds it. Handlers

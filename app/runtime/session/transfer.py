@@ -2,7 +2,7 @@
 
 The first line is a header naming the format and the session's row fields (metadata, agent
 spec, binding) that the events alone do not carry, e.g. a fork's own metadata; every further
-line is one event in its wire shape (DESIGN section 3), in seq order. Import writes the same
+line is one event in its wire shape (docs/reference/events.md), in seq order. Import writes the same
 events (types, payloads, run and turn ids, order) into a new session in one transaction, so
 the new ledger folds to the same state: what `asr sessions export` / `import` do.
 """

@@ -1,7 +1,7 @@
 """`Webhooks`: the verbs of the webhook routes, over the store's `WebhookStore`.
 
 A subscription names a URL (checked against SSRF when it is made or changed, and again at
-every attempt), the event types it wants (the DESIGN vocabulary, or `*`), and optionally one
+every attempt), the event types it wants (the event vocabulary, or `*`), and optionally one
 session or a metadata filter (a session whose metadata holds each key with that value). Its
 signing secret is made here and returned once, by `create`; reads never show it.
 """

@@ -5,11 +5,12 @@ payload is the model's fields by name (`to_payload()`). `PAYLOAD_MODELS` maps ev
 `EventType` to its model (MEMORY_COMPRESS: a union told apart by `kind`), from which the
 event catalogue derives each type's description and JSON Schema.
 
-Adding an event type: its member in `EventType` (and DESIGN section 3); its model here, in
-the module of its group; its entry in `PAYLOAD_MODELS`; a projector handler (`HANDLERS`) if
-it changes state; a golden ledger that holds it (`python -m tests.golden.record`); and the
-type in the web page's `EVENT_TYPES` (app/ui/static). Tests fail while the model, its
-entry, the golden ledger or the page's entry is missing; the handler and DESIGN are on you.
+Adding an event type: its member in `EventType` (and docs/reference/events.md); its model
+here, in the module of its group; its entry in `PAYLOAD_MODELS`; a projector handler
+(`HANDLERS`) if it changes state; a golden ledger that holds it (`python -m
+tests.golden.record`); and the type in the web page's `EVENT_TYPES` (app/ui/static). Tests
+fail while the model, its entry, the golden ledger or the page's entry is missing; the
+handler and the reference page are on you.
 """
 
 from __future__ import annotations

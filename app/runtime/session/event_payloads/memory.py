@@ -1,6 +1,6 @@
 """Payloads of the memory mutations: the events the projector folds into memory.
 
-MEMORY_COMPRESS has four kinds, one model each, told apart by `kind` (DESIGN section 3):
+MEMORY_COMPRESS has four kinds, one model each, told apart by `kind` (docs/reference/events.md):
 only `compact` rewrites memory; `compact_failed` and `breaker_reset` move the compaction
 breaker; `projection` reports how one prompt was shaped and leaves memory alone.
 """
