@@ -1,7 +1,11 @@
-"""What the runtime needs from persistence: records and the store protocol.
+"""What the runtime needs from persistence: records, and one narrow port per concern.
 
-The runtime depends on this protocol, never on SQLAlchemy; `app.store.AgentSessionStore`
-is its implementation on SQLite and PostgreSQL.
+The runtime depends on these protocols, never on SQLAlchemy. `app.store.stores.Stores`
+holds their implementations on SQLite and PostgreSQL: `LedgerPort` is the ledger store,
+`RunPort` the run store, `IdempotencyPort` the Idempotency-Key store and `MaintenancePort`
+(part of) the maintenance store. The accounts, schedules, webhooks and retention keep their
+ports beside the services that use them (`AccountStorePort`, `ScheduleStorePort`,
+`WebhookStore`, `RetentionStore`).
 """
 
 from __future__ import annotations
@@ -96,6 +100,18 @@ class RunRecord:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to create (`RunPort.start_run`, `RunPort.enqueue_run`): the store turns it into
+    the run's row (redacted, epoch 1, owned by `owner` until `lease_until`)."""
+
+    run_id: str
+    input: dict[str, Any] | None
+    options: dict[str, Any]
+    owner: str
+    lease_until: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +260,9 @@ class IdempotencyRecord:
 
 
 class SessionWriter(Protocol):
-    """The writes that are decided on a session's state: the store itself, or a session it
-    holds (`SessionStore.hold`), whose writes then go into the held transaction."""
+    """The writes that are decided on a session's state: the ledger's and the runs' own, or
+    those of a session the ledger holds (`LedgerPort.hold`), which then go into the held
+    transaction."""
 
     async def append_events(
         self,
@@ -265,24 +282,33 @@ class SessionWriter(Protocol):
         tenant_id: str,
         session_id: str,
         *,
-        values: dict[str, Any],
+        run: NewRun,
         start_events: list[NewEvent],
         max_live_runs: int | None = None,
         expected: tuple[int, datetime] | None = None,
         idempotency: IdempotencyToken | None = None,
-    ) -> tuple[RunRecord, AppendResult]: ...
+    ) -> tuple[RunRecord, AppendResult]:
+        """The run's row (built from `run`) and its first events, with the session claimed
+        for it (only if it is still `expected`: (version, created_at), when given).
 
-
-class HeldSession(SessionWriter, Protocol):
-    """A session no other writer can change until the hold ends (`SessionStore.hold`)."""
-
-    async def load(self, *, base: tuple[datetime, int] | None = None) -> SessionLoad:
-        """`SessionStore.load_session` of the held session, as the hold sees it."""
+        Raises:
+            SessionNotFound, RunAlreadyActive, StaleSession, TooManyRequests,
+            IdempotentReplay.
+        """
         ...
 
 
-class SessionStore(SessionWriter, Protocol):
-    """Tenant-scoped persistence. Every method takes `tenant_id` first."""
+class HeldSession(SessionWriter, Protocol):
+    """A session no other writer can change until the hold ends (`LedgerPort.hold`)."""
+
+    async def load(self, *, base: tuple[datetime, int] | None = None) -> SessionLoad:
+        """`LedgerPort.load_session` of the held session, as the hold sees it."""
+        ...
+
+
+class LedgerPort(Protocol):
+    """Sessions, their events and snapshots (the ledger store). Every method takes
+    `tenant_id` first. `SessionRuntime` is its only caller."""
 
     def hold(self, tenant_id: str, session_id: str) -> AbstractAsyncContextManager[HeldSession]:
         """Hold the session against every other writer, on every replica, until the block
@@ -386,6 +412,10 @@ class SessionStore(SessionWriter, Protocol):
         self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]
     ) -> bool: ...
 
+
+class IdempotencyPort(Protocol):
+    """The Idempotency-Keys (the idempotency store): read back, and answered."""
+
     async def get_idempotency_key(self, tenant_id: str, key: str) -> IdempotencyRecord | None: ...
 
     async def store_idempotent_response(
@@ -399,31 +429,32 @@ class SessionStore(SessionWriter, Protocol):
     ) -> None: ...
 
 
-class RunStore(Protocol):
+class RunPort(Protocol):
     """The run rows and the writes that go with them (DESIGN §9): leases, fences, the
-    events a run writes. `SessionRuntime` is their only caller."""
+    events a run writes (the run store). `SessionRuntime` is its only caller."""
 
-    def run_values(
+    async def start_run(
         self,
         tenant_id: str,
         session_id: str,
         *,
-        run_id: str,
-        input: dict[str, Any] | None,
-        options: dict[str, Any],
-        owner: str,
-        lease_until: datetime,
-        idempotency: IdempotencyToken | None,
-    ) -> dict[str, Any]: ...
+        run: NewRun,
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]: ...
+
     async def enqueue_run(
         self,
         tenant_id: str,
         session_id: str,
         *,
-        values: dict[str, Any],
+        run: NewRun,
         max_live_runs: int | None = None,
         idempotency: IdempotencyToken | None = None,
     ) -> RunRecord: ...
+
     async def claim_run(
         self,
         tenant_id: str,
@@ -434,6 +465,7 @@ class RunStore(Protocol):
         events: list[NewEvent],
         oldest_only: bool = False,
     ) -> tuple[RunRecord, AppendResult]: ...
+
     async def append_run_events(
         self,
         tenant_id: str,
@@ -446,26 +478,35 @@ class RunStore(Protocol):
         progress: dict[str, Any] | None = None,
         finish: RunFinish | None = None,
     ) -> AppendResult: ...
+
     async def renew_lease(
         self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
     ) -> bool: ...
+
     async def fence_run(
         self, tenant_id: str, run_id: str, *, stop_reason: str, only_expired: bool = False
     ) -> RunRecord | None: ...
+
     async def close_fenced_run(
         self, tenant_id: str, run_id: str, *, events: list[NewEvent]
     ) -> AppendResult | None: ...
+
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None: ...
+
     async def list_runs(
         self, tenant_id: str, session_id: str, *, limit: int = 100
     ) -> list[RunRecord]: ...
+
+
+class MaintenancePort(Protocol):
+    """The housekeeping the runtime does (the maintenance store): the run sweeper's list,
+    expired keys, the schema's revision for readiness."""
+
     async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]: ...
+
     async def delete_expired_idempotency_keys(self) -> int: ...
+
     async def get_schema_revision(self) -> str | None: ...
-
-
-class RuntimeStore(SessionStore, RunStore, Protocol):
-    """Everything the runtime asks of persistence (`app.store.AgentSessionStore`)."""
 
 
 class LiveFrames(Protocol):
@@ -513,6 +554,7 @@ class NoLiveFrames:
         self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
     ) -> None:
         return None
+
 
 @dataclass(frozen=True, slots=True)
 class RunSignal:

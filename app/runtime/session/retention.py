@@ -43,8 +43,14 @@ class RetentionReport:
     dry_run: bool = False
 
 
-class RetentionStore(Protocol):
+class TenantList(Protocol):
+    """Which tenants there are (the account store)."""
+
     async def list_tenants(self) -> list[TenantRecord]: ...
+
+
+class RetentionStore(Protocol):
+    """What a retention pass removes (the maintenance store)."""
 
     async def list_idle_sessions(
         self, tenant_id: str, *, updated_before: datetime, limit: int
@@ -63,6 +69,7 @@ async def apply_retention(
     store: RetentionStore,
     policy: RetentionPolicy,
     *,
+    tenants: TenantList,
     now: datetime | None = None,
     dry_run: bool = False,
     tenant_ids: list[str] | None = None,
@@ -77,7 +84,7 @@ async def apply_retention(
     if policy.idle_days is not None:
         cutoff = (now or datetime.now(UTC)) - timedelta(days=policy.idle_days)
     if tenant_ids is None:
-        tenant_ids = [t.tenant_id for t in await store.list_tenants()]
+        tenant_ids = [t.tenant_id for t in await tenants.list_tenants()]
     for tenant_id in tenant_ids:
         if cutoff is not None:
             await _erase_idle(store, tenant_id, cutoff, report)
