@@ -111,3 +111,24 @@ def test_routes_take_the_services_as_typed_dependencies() -> None:
         and node.value.attr == "app"
     ]
     assert found == []
+
+
+def test_the_backend_is_chosen_in_one_place() -> None:
+    """`app.store.stores.open_stores` picks the backend: it alone, outside the backend
+    packages, imports their stores, and the backends never import it (no circle)."""
+    backend_stores = tuple(
+        f"app.store.{backend}.{module}"
+        for backend in ("sqlite", "postgres")
+        for module in ("database", "ledger", "runs", "idempotency", "cross_tenant")
+    )
+    inside = ("app/store/stores.py", "app/store/sqlite/", "app/store/postgres/")
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path, names in imported_modules("").items()
+        if not path.relative_to(ROOT).as_posix().startswith(inside)
+        for name in sorted(names)
+        if name in backend_stores
+    ]
+    assert found == []
+    for backend in ("store/sqlite", "store/postgres"):
+        assert offending(backend, ("app.store.stores",)) == []

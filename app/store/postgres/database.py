@@ -20,6 +20,8 @@ _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 
 
 class PostgresDatabase(Database):
+    """Transactions scoped to their tenant; commits announced by NOTIFY."""
+
     dialect: ClassVar[str] = "postgresql"
 
     def __init__(

@@ -22,6 +22,8 @@ _SEAL = text(
 
 
 class PostgresIdempotency(IdempotencyStore):
+    """Keys sealed by `asr_seal_idempotency`, or by the stored function of the write."""
+
     def function_args(self, token: IdempotencyToken | None) -> dict[str, Any]:
         """The key's parameters of a stored function that seals it itself."""
         key, digest, expires = self.idempotency_args(token)

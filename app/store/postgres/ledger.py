@@ -23,11 +23,7 @@ from typing import Any
 from sqlalchemy import ColumnClause, bindparam, literal_column, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import (
-    SeqConflict,
-    SessionNotFound,
-    VersionConflict,
-)
+from app.runtime.errors import SeqConflict, SessionNotFound, VersionConflict
 from app.runtime.ports import (
     AppendResult,
     HeldSession,
@@ -53,13 +49,7 @@ from app.store.base import (
 from app.store.idempotency import IdempotencyStore
 from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore
 from app.store.payloads import Payloads
-from app.store.postgres.calls import (
-    APPEND_EVENTS,
-    EventArrays,
-    Refused,
-    call_in,
-    refusal,
-)
+from app.store.postgres.calls import APPEND_EVENTS, EventArrays, Refused, call_in, refusal
 from app.store.postgres.database import PostgresDatabase
 from app.store.postgres.runs import PostgresRuns
 from app.store.postgres.writes import SESSION_COLUMNS, SPAN, FunctionWrites
@@ -79,6 +69,9 @@ _LOCK_SESSION = (
 
 
 class PostgresLedger(LedgerStore):
+    """The ledger's writes as stored-function calls; two reads of its own (the tail, the
+    tenant timeline)."""
+
     def __init__(
         self,
         db: PostgresDatabase,

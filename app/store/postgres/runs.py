@@ -7,17 +7,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.ports import (
-    AppendResult,
-    IdempotencyToken,
-    NewRun,
-    RunFinish,
-    RunRecord,
-)
+from app.runtime.ports import AppendResult, IdempotencyToken, NewRun, RunFinish, RunRecord
 from app.runtime.session.events import NewEvent
-from app.store.base import (
-    utcnow,
-)
+from app.store.base import utcnow
 from app.store.idempotency import IdempotencyStore
 from app.store.payloads import Payloads
 from app.store.postgres.database import PostgresDatabase
@@ -27,6 +19,8 @@ from app.tracing import span
 
 
 class PostgresRuns(RunStore):
+    """A run's start, claim, steps and close, one stored-function call each."""
+
     def __init__(
         self,
         db: PostgresDatabase,

@@ -12,21 +12,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.ports import (
-    AppendResult,
-    IdempotencyToken,
-    RunRecord,
-)
+from app.runtime.ports import AppendResult, IdempotencyToken, RunRecord
 from app.runtime.session.events import NewEvent
-from app.store.base import (
-    note_appended,
-    session_from_mapping,
-)
+from app.store.base import note_appended, session_from_mapping
 from app.store.payloads import Payloads
-from app.store.postgres.calls import (
-    EventArrays,
-    Functions,
-)
+from app.store.postgres.calls import EventArrays, Functions
 from app.store.postgres.database import PostgresDatabase
 from app.store.postgres.group_commit import AppendGroups
 from app.store.postgres.idempotency import PostgresIdempotency

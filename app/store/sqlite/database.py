@@ -23,6 +23,8 @@ from app.store.sqlite.writer import SqliteWriter
 
 
 class SqliteDatabase(Database):
+    """One writer at a time: a write lock in arrival order, and the writer connection."""
+
     dialect: ClassVar[str] = "sqlite"
     _write_lock: asyncio.Lock  # always one here (__init__)
 

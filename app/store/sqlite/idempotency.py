@@ -14,6 +14,8 @@ from app.store.tables import idempotency_keys
 
 
 class SqliteIdempotency(IdempotencyStore):
+    """Keys sealed by an INSERT ... ON CONFLICT in the guarded write's transaction."""
+
     async def seal(
         self,
         conn: AsyncConnection,

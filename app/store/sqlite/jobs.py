@@ -16,26 +16,13 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.ports import (
-    SessionRecord,
-)
+from app.runtime.ports import SessionRecord
 from app.runtime.session.events import Event, NewEvent
-from app.store.base import (
-    APPENDED,
-    EVENT_FIELDS,
-    note_appended,
-    utcnow,
-)
+from app.store.base import APPENDED, EVENT_FIELDS, note_appended, utcnow
 from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.payloads import Payloads
 from app.store.sqlite.database import SqliteDatabase
-from app.store.sqlite.writer import (
-    Done,
-    Job,
-    JobOf,
-    driver,
-    sqlite_time,
-)
+from app.store.sqlite.writer import Done, Job, JobOf, driver, sqlite_time
 from app.tracing import span
 
 _T = TypeVar("_T")

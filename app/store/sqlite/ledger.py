@@ -16,13 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import (
-    BigInteger,
-    literal,
-    literal_column,
-    select,
-    update,
-)
+from sqlalchemy import BigInteger, literal, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import (
@@ -47,30 +41,19 @@ from app.runtime.ports import (
 from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store import json_text
-from app.store.base import (
-    event_from_row,
-    session_from_row,
-    utcnow,
-)
+from app.store.base import event_from_row, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore, committed_result
 from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore
 from app.store.payloads import Payloads
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.jobs import CREATED_AT, PAYLOAD, Jobs
 from app.store.sqlite.runs import SqliteRuns
-from app.store.sqlite.writer import (
-    driver,
-    session_from_tuple,
-    sqlite_time,
-)
-from app.store.tables import (
-    session_events,
-    session_snapshots,
-    sessions,
-)
+from app.store.sqlite.writer import driver, session_from_tuple, sqlite_time
+from app.store.tables import session_events, session_snapshots, sessions
 
 _SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
 
+# A random (version 4, variant 1) UUID in its text form, from SQLite's own functions.
 _UUID4_SQL = (
     "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' ||"
     " substr(hex(randomblob(2)), 2) || '-' || substr('89AB', 1 + (abs(random()) % 4), 1) ||"
@@ -94,6 +77,8 @@ def _reserve_sql(by_seq: bool, by_version: bool) -> str:
 
 
 class SqliteLedger(LedgerStore):
+    """The ledger's writes as jobs of the single writer; its reads through the pool."""
+
     def __init__(
         self,
         db: SqliteDatabase,

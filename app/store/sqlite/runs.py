@@ -6,23 +6,10 @@ import functools
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import (
-    BigInteger,
-    bindparam,
-    case,
-    literal,
-    null,
-    select,
-    update,
-)
+from sqlalchemy import BigInteger, bindparam, case, literal, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import (
-    RunAlreadyActive,
-    RunFenced,
-    SessionNotFound,
-    StaleSession,
-)
+from app.runtime.errors import RunAlreadyActive, RunFenced, SessionNotFound, StaleSession
 from app.runtime.ports import (
     AppendResult,
     IdempotencyToken,
@@ -32,19 +19,13 @@ from app.runtime.ports import (
     SessionRecord,
 )
 from app.runtime.session.events import NewEvent
-from app.store.base import (
-    session_from_row,
-    utcnow,
-)
+from app.store.base import session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore, committed_result
 from app.store.payloads import Payloads
 from app.store.runs import LIVE, RunStore, run_from_row
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.jobs import Jobs
-from app.store.tables import (
-    runs,
-    sessions,
-)
+from app.store.tables import runs, sessions
 
 
 @functools.cache
@@ -70,6 +51,8 @@ def _reserve_for_run(finishing: bool) -> Any:
 
 
 class SqliteRuns(RunStore):
+    """The run writes that insert events, each one job of the single writer."""
+
     def __init__(
         self, db: SqliteDatabase, payloads: Payloads, idempotency: IdempotencyStore, *, jobs: Jobs
     ) -> None:

@@ -147,7 +147,7 @@ async def test_wake_ups_under_load_are_coalesced_and_spaced_by_the_interval(
         assert heard.empty()
 
         # With an interval far longer than the test, what follows a send stays pending.
-        slow = open_stores(engine, notify_interval=600).announcer.notifier
+        slow = open_stores(engine, notify_interval=600).database.announcer.notifier
         assert slow is not None
         slow.post([Wakeup(t, "x", 1)])
         await asyncio.sleep(0)
