@@ -4,9 +4,9 @@ per concern.
 The runtime depends on these protocols, never on SQLAlchemy. `app.store.stores.Stores`
 holds their implementations on SQLite and PostgreSQL: `LedgerPort` is the ledger store,
 `RunPort` the run store, `IdempotencyPort` the Idempotency-Key store and `MaintenancePort`
-(part of) the maintenance store. The accounts, schedules, webhooks and retention keep their
-ports beside the services that use them (`AccountStorePort`, `ScheduleStorePort`,
-`WebhookStore`, `RetentionStore`).
+(part of) the maintenance store, `AccountPort`, `SchedulePort`, `RetentionPort` and
+`TenantList` the account, schedule and maintenance stores as their services see them. The
+webhooks' port is beside its records (`app.runtime.webhooks.records.WebhookPort`).
 
   records.py  the rows and the values written (frozen dataclasses)
   stores.py   the store ports
@@ -44,15 +44,20 @@ from app.runtime.ports.records import (
     TenantRecord,
 )
 from app.runtime.ports.stores import (
+    AccountPort,
     HeldSession,
     IdempotencyPort,
     LedgerPort,
     MaintenancePort,
+    RetentionPort,
     RunPort,
+    SchedulePort,
     SessionWriter,
+    TenantList,
 )
 
 __all__ = [
+    "AccountPort",
     "ApiKeyRecord",
     "AppendResult",
     "FireRecord",
@@ -69,17 +74,20 @@ __all__ = [
     "NewRun",
     "NewSession",
     "NoLiveFrames",
+    "RetentionPort",
     "RunControl",
     "RunFinish",
     "RunPort",
     "RunRecord",
     "RunSignal",
+    "SchedulePort",
     "ScheduleRecord",
     "SessionLoad",
     "SessionRecord",
     "SessionWriter",
     "SnapshotRecord",
     "TenantCursor",
+    "TenantList",
     "TenantPage",
     "TenantRecord",
     "Wakeup",

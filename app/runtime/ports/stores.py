@@ -1,26 +1,33 @@
 """The store ports, one protocol per concern: `LedgerPort` (with `SessionWriter` and
-`HeldSession`), `RunPort`, `IdempotencyPort`, `MaintenancePort`. `SessionRuntime` is their
-one caller; `app.store.stores.Stores` holds their implementations."""
+`HeldSession`), `RunPort`, `IdempotencyPort`, `MaintenancePort` (`SessionRuntime` is their
+one caller), `AccountPort` (`Accounts`), `SchedulePort` (`Scheduler`), `RetentionPort` and
+`TenantList` (`apply_retention`). `app.store.stores.Stores` holds their implementations;
+the webhooks' port is beside its records (`app.runtime.webhooks.records.WebhookPort`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
 from app.runtime.ports.records import (
+    ApiKeyRecord,
     AppendResult,
+    FireRecord,
     IdempotencyRecord,
     IdempotencyToken,
     NewRun,
     NewSession,
     RunFinish,
     RunRecord,
+    ScheduleRecord,
     SessionLoad,
     SessionRecord,
     SnapshotRecord,
     TenantCursor,
     TenantPage,
+    TenantRecord,
 )
 from app.runtime.session.events import Event, NewEvent
 
@@ -273,3 +280,84 @@ class MaintenancePort(Protocol):
     async def delete_expired_idempotency_keys(self) -> int: ...
 
     async def get_schema_revision(self) -> str | None: ...
+
+
+class AccountPort(Protocol):
+    """Tenants and API keys (the account store); the lookups span tenants."""
+
+    async def create_tenant(self, name: str) -> TenantRecord: ...
+    async def get_tenant_by_name(self, name: str) -> TenantRecord | None: ...
+    async def count_tenants(self) -> int: ...
+    async def list_tenants(self) -> list[TenantRecord]: ...
+    async def create_api_key(
+        self, tenant_id: str, *, prefix: str, secret_hash: str, name: str
+    ) -> ApiKeyRecord: ...
+    async def get_api_key(self, prefix: str) -> ApiKeyRecord | None: ...
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]: ...
+    async def revoke_api_key(self, prefix: str) -> bool: ...
+    async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]: ...
+
+
+class SchedulePort(Protocol):
+    """Schedules and their fires (the schedule store); the due list spans tenants."""
+
+    async def create_schedule(
+        self, tenant_id: str, *, values: dict[str, Any], idempotency: IdempotencyToken | None
+    ) -> ScheduleRecord: ...
+    async def get_schedule(self, tenant_id: str, schedule_id: str) -> ScheduleRecord | None: ...
+    async def list_schedules(
+        self, tenant_id: str, *, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[ScheduleRecord]: ...
+    async def save_schedule(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        expected_version: int,
+        values: dict[str, Any],
+        fires: Sequence[FireRecord] = (),
+    ) -> ScheduleRecord | None: ...
+    async def finish_schedule_tick(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        tick_at: datetime,
+        owner: str,
+        next_fire_at: datetime,
+        fire: FireRecord,
+    ) -> bool: ...
+    async def append_schedule_fire(self, tenant_id: str, fire: FireRecord) -> None: ...
+    async def delete_schedule(self, tenant_id: str, schedule_id: str) -> bool: ...
+    async def list_schedule_fires(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int,
+        before: tuple[datetime, str] | None = None,
+        run_id: str | None = None,
+    ) -> list[FireRecord]: ...
+    async def list_due_schedules(self, *, limit: int = 100) -> list[tuple[str, str]]: ...
+
+
+class TenantList(Protocol):
+    """Which tenants there are (the account store)."""
+
+    async def list_tenants(self) -> list[TenantRecord]: ...
+
+
+class RetentionPort(Protocol):
+    """What a retention pass removes (the maintenance store)."""
+
+    async def list_idle_sessions(
+        self, tenant_id: str, *, updated_before: datetime, limit: int
+    ) -> list[SessionRecord]: ...
+
+    async def delete_idle_session(
+        self, tenant_id: str, session_id: str, *, updated_before: datetime
+    ) -> bool: ...
+
+    async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int: ...
+
+    async def delete_settled_deliveries(self, tenant_id: str, *, before: datetime) -> int: ...

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
-from app.runtime.ports import SessionRecord, TenantRecord
+from app.runtime.ports import RetentionPort, TenantList
 
 _PAGE = 500
 
@@ -43,30 +42,8 @@ class RetentionReport:
     dry_run: bool = False
 
 
-class TenantList(Protocol):
-    """Which tenants there are (the account store)."""
-
-    async def list_tenants(self) -> list[TenantRecord]: ...
-
-
-class RetentionStore(Protocol):
-    """What a retention pass removes (the maintenance store)."""
-
-    async def list_idle_sessions(
-        self, tenant_id: str, *, updated_before: datetime, limit: int
-    ) -> list[SessionRecord]: ...
-
-    async def delete_idle_session(
-        self, tenant_id: str, session_id: str, *, updated_before: datetime
-    ) -> bool: ...
-
-    async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int: ...
-
-    async def delete_settled_deliveries(self, tenant_id: str, *, before: datetime) -> int: ...
-
-
 async def apply_retention(
-    store: RetentionStore,
+    store: RetentionPort,
     policy: RetentionPolicy,
     *,
     tenants: TenantList,
@@ -101,7 +78,7 @@ async def apply_retention(
 
 
 async def _erase_idle(
-    store: RetentionStore, tenant_id: str, cutoff: datetime, report: RetentionReport
+    store: RetentionPort, tenant_id: str, cutoff: datetime, report: RetentionReport
 ) -> None:
     seen: set[str] = set()
     while True:
