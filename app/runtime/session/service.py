@@ -56,6 +56,7 @@ from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.metadata import check_metadata_size
 from app.runtime.session.projector import apply_event, fold
 from app.runtime.session.state import SessionState, validate_recovery_object
+from app.runtime.session.store_writer import StoreWriter
 
 _CACHE_MAX = 1024
 T = TypeVar("T")
@@ -78,49 +79,6 @@ class Loaded:
     state: SessionState
 
 
-class _StoreWriter:
-    """The writes decided on a session's state, outside a hold: the ledger's append and the
-    run store's start, each a transaction of its own."""
-
-    def __init__(self, ledger: LedgerPort, runs: RunPort) -> None:
-        self._ledger = ledger
-        self._runs = runs
-
-    async def append_events(
-        self,
-        tenant_id: str,
-        session_id: str,
-        *,
-        events: list[NewEvent],
-        expected_seq: int | None = None,
-        expected_version: int | None = None,
-        metadata_patch: dict[str, Any] | None = None,
-        snapshot: tuple[str, dict[str, Any]] | None = None,
-        idempotency: IdempotencyToken | None = None,
-    ) -> AppendResult:
-        return await self._ledger.append_events(
-            tenant_id, session_id, events=events, expected_seq=expected_seq,
-            expected_version=expected_version, metadata_patch=metadata_patch,
-            snapshot=snapshot, idempotency=idempotency,
-        )  # fmt: skip
-
-    async def start_run(
-        self,
-        tenant_id: str,
-        session_id: str,
-        *,
-        run: NewRun,
-        start_events: list[NewEvent],
-        max_live_runs: int | None = None,
-        expected: tuple[int, datetime] | None = None,
-        idempotency: IdempotencyToken | None = None,
-    ) -> tuple[RunRecord, AppendResult]:
-        return await self._runs.start_run(
-            tenant_id, session_id, run=run, start_events=start_events,
-            max_live_runs=max_live_runs, expected=expected, idempotency=idempotency,
-        )  # fmt: skip
-
-
 class SessionRuntime:
     def __init__(
         self,
@@ -137,7 +95,7 @@ class SessionRuntime:
         self.runs = runs
         self.idempotency = idempotency
         self.maintenance = maintenance
-        self._writer = _StoreWriter(ledger, runs)
+        self._writer = StoreWriter(ledger, runs)
         self.limits = limits or Limits()
         self.live: LiveFrames = live or NoLiveFrames()
         # Runs report their stop reason, latency and model calls here (metrics).
