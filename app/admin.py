@@ -1,6 +1,6 @@
 """The operator verbs of `asr` that read or change sessions: tenants, sessions, retention.
 
-Each verb is an async function over a `Toolkit` (store, runtime, accounts built from the
+Each verb is an async function over a `Toolkit` (stores, runtime, accounts built from the
 settings) that writes its result to `out`, as JSON Lines where the output is data, so that
 it pipes into `jq` and into `asr sessions import`. `app.cli` parses arguments and calls
 these; nothing here parses arguments or exits.
@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from app.assembly import runtime_over
 from app.runtime.access.accounts import Accounts
 from app.runtime.ports import SessionRecord
 from app.runtime.session.retention import RetentionPolicy, apply_retention
@@ -23,12 +24,12 @@ from app.runtime.session.service import Limits, SessionRuntime
 from app.runtime.session.transfer import export_ledger, import_ledger, parse_export
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 
 
 @dataclass(frozen=True)
 class Toolkit:
-    store: AgentSessionStore
+    stores: Stores
     runtime: SessionRuntime
     accounts: Accounts
 
@@ -37,16 +38,16 @@ class Toolkit:
 async def toolkit(settings: Settings) -> AsyncIterator[Toolkit]:
     """Store, runtime and accounts on one engine, disposed of on exit."""
     engine = make_engine(settings)
-    store = store_for(engine, max_metadata_bytes=settings.max_metadata_bytes)
-    runtime = SessionRuntime(
-        store,
+    stores = open_stores(engine, max_metadata_bytes=settings.max_metadata_bytes)
+    runtime = runtime_over(
+        stores,
         limits=Limits(
             max_metadata_bytes=settings.max_metadata_bytes,
             snapshot_every=settings.snapshot_every,
         ),
     )
     try:
-        yield Toolkit(store=store, runtime=runtime, accounts=Accounts(store))
+        yield Toolkit(stores=stores, runtime=runtime, accounts=Accounts(stores.accounts))
     finally:
         await engine.dispose()
 
@@ -207,7 +208,13 @@ async def run_retention(
     tenant: str | None = None,
 ) -> None:
     only = [await kit.accounts.tenant_id_of(tenant)] if tenant is not None else None
-    report = await apply_retention(kit.store, policy, dry_run=dry_run, tenant_ids=only)
+    report = await apply_retention(
+        kit.stores.maintenance,
+        policy,
+        tenants=kit.stores.accounts,
+        dry_run=dry_run,
+        tenant_ids=only,
+    )
     for tenant_id, session_id in report.sessions_erased:
         verb = "erased" if not dry_run else "would_erase"
         json_line(out, {verb: session_id, "tenant_id": tenant_id})

@@ -36,6 +36,8 @@ from app.runtime.access.stream_tokens import StreamTokens
 from app.runtime.models.file import ModelsFile, read_models_file
 from app.runtime.models.profiles import build_profiles
 from app.runtime.models.registry import ModelRegistry
+from app.runtime.observer import Observer
+from app.runtime.ports import LiveFrames
 from app.runtime.runs.blueprints import Blueprints, load_blueprints
 from app.runtime.runs.delegation import DELEGATE, Delegator, delegate_tool
 from app.runtime.runs.manager import RunManager
@@ -55,9 +57,10 @@ from app.services import Services
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import script_revisions
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
+from app.store.webhooks import WebhookStore
 
-__all__ = ["build_models", "known_tool_names", "open_services"]
+__all__ = ["build_models", "known_tool_names", "open_services", "runtime_over"]
 
 log = logging.getLogger("app")
 
@@ -70,10 +73,10 @@ async def open_services(
     async with AsyncExitStack() as stack:
         config = read_config(settings)
         redactor = Redactor(settings.redact_patterns)
-        store = enter_store(stack, settings, metrics=metrics, redactor=redactor)
-        bus = await enter_bus(stack, settings, store)
-        accounts = Accounts(store)
-        runtime = build_runtime(settings, store, bus=bus, metrics=metrics)
+        stores = enter_stores(stack, settings, metrics=metrics, redactor=redactor)
+        bus = await enter_bus(stack, settings, stores)
+        accounts = Accounts(stores.accounts)
+        runtime = build_runtime(settings, stores, bus=bus, metrics=metrics)
         plane = await enter_tools(stack, settings, runtime, servers=config.mcp_servers)
         await bootstrap_default_tenant(settings, accounts)
         runs = enter_runs(
@@ -82,11 +85,11 @@ async def open_services(
         )  # fmt: skip
         revocations = enter_revocations(stack, settings, accounts)
         scheduler = enter_scheduler(
-            stack, settings, store, runtime=runtime, runs=runs, blueprints=config.blueprints,
+            stack, settings, stores, runtime=runtime, runs=runs, blueprints=config.blueprints,
             metrics=metrics,
         )  # fmt: skip
         webhooks, deliverer = enter_webhooks(
-            stack, settings, store, owner=runs.owner, metrics=metrics
+            stack, settings, stores, owner=runs.owner, metrics=metrics
         )
         stack.callback(shutdown_event.set)  # the first thing stop does
         yield Services(
@@ -96,7 +99,7 @@ async def open_services(
             schema_revisions=config.schema_revisions,
             models=config.models,
             blueprints=config.blueprints,
-            store=store,
+            stores=stores,
             bus=bus,
             accounts=accounts,
             runtime=runtime,
@@ -165,14 +168,14 @@ def build_models(settings: Settings, models_file: ModelsFile | None = None) -> M
 # ---------------------------------------------------------------- storage and the session runtime
 
 
-def enter_store(
+def enter_stores(
     stack: AsyncExitStack, settings: Settings, *, metrics: Metrics | None, redactor: Redactor
-) -> AgentSessionStore:
-    """The engine and the store; on stop, the last commits' wake-ups go out, then the pool
+) -> Stores:
+    """The engine and the stores; on stop, the last commits' wake-ups go out, then the pool
     closes."""
     engine = make_engine(settings)
     stack.push_async_callback(engine.dispose)
-    store = store_for(
+    stores = open_stores(
         engine,
         max_metadata_bytes=settings.max_metadata_bytes,
         idempotency_ttl_seconds=settings.idempotency_ttl_seconds,
@@ -183,24 +186,23 @@ def enter_store(
         notify_interval=settings.sse_notify_interval_ms / 1000,
         pgbouncer=settings.db_pgbouncer,
     )
-    stack.push_async_callback(store.flush_wakeups)
-    return store
+    stack.push_async_callback(stores.flush_wakeups)
+    return stores
 
 
-async def enter_bus(
-    stack: AsyncExitStack, settings: Settings, store: AgentSessionStore
-) -> EventBus:
-    """The live bus (NOTIFY on PostgreSQL, in-process otherwise), started."""
-    bus = make_bus(settings, store)
+async def enter_bus(stack: AsyncExitStack, settings: Settings, stores: Stores) -> EventBus:
+    """The live bus (NOTIFY on PostgreSQL, in-process otherwise), started; it catches up
+    from the ledger."""
+    bus = make_bus(settings, stores.ledger)
     await bus.start()
     stack.push_async_callback(bus.stop)
     return bus
 
 
 def build_runtime(
-    settings: Settings, store: AgentSessionStore, *, bus: EventBus, metrics: Metrics | None
+    settings: Settings, stores: Stores, *, bus: EventBus, metrics: Metrics | None
 ) -> SessionRuntime:
-    """The session verbs over the store, publishing to the bus."""
+    """The session verbs over the ledger and run stores, publishing to the bus."""
     limits = Limits(
         max_items_per_request=settings.max_items_per_request,
         max_inline_bytes=settings.max_inline_bytes,
@@ -208,7 +210,26 @@ def build_runtime(
         snapshot_every=settings.snapshot_every,
         max_sessions_per_tenant=settings.max_sessions_per_tenant,
     )
-    return SessionRuntime(store, limits=limits, live=bus, observer=metrics)
+    return runtime_over(stores, limits=limits, live=bus, observer=metrics)
+
+
+def runtime_over(
+    stores: Stores,
+    *,
+    limits: Limits | None = None,
+    live: LiveFrames | None = None,
+    observer: Observer | None = None,
+) -> SessionRuntime:
+    """`SessionRuntime` over the stores' ledger, runs, Idempotency-Keys and maintenance."""
+    return SessionRuntime(
+        stores.ledger,
+        stores.runs,
+        stores.idempotency,
+        stores.maintenance,
+        limits=limits,
+        live=live,
+        observer=observer,
+    )
 
 
 # ---------------------------------------------------------------- tools
@@ -340,7 +361,7 @@ def enter_runs(
 def enter_scheduler(
     stack: AsyncExitStack,
     settings: Settings,
-    store: AgentSessionStore,
+    stores: Stores,
     *,
     runtime: SessionRuntime,
     runs: RunManager,
@@ -355,7 +376,7 @@ def enter_scheduler(
         misfire_grace_seconds=settings.schedule_misfire_grace_seconds,
     )
     scheduler = Scheduler(
-        store, runtime, runs, blueprints=blueprints, timing=timing, observer=metrics
+        stores.schedules, runtime, runs, blueprints=blueprints, timing=timing, observer=metrics
     )
     if settings.schedules_enabled:
         scheduler.start()
@@ -406,15 +427,17 @@ def build_stream_tokens(settings: Settings) -> StreamTokens:
 def enter_webhooks(
     stack: AsyncExitStack,
     settings: Settings,
-    store: AgentSessionStore,
+    stores: Stores,
     *,
     owner: str,
     metrics: Metrics | None,
 ) -> tuple[Webhooks, Deliverer | None]:
     """The subscriptions, and this replica's deliverer (started) unless turned off here."""
     targets = TargetPolicy(parse_networks(settings.webhook_allow_networks))
-    webhooks = Webhooks(store, targets=targets, max_per_tenant=settings.webhook_max_per_tenant)
-    deliverer = build_deliverer(settings, store, targets, owner=owner, observer=metrics)
+    webhooks = Webhooks(
+        stores.webhooks, targets=targets, max_per_tenant=settings.webhook_max_per_tenant
+    )
+    deliverer = build_deliverer(settings, stores.webhooks, targets, owner=owner, observer=metrics)
     if deliverer is not None:
         deliverer.start()
         stack.push_async_callback(deliverer.stop)
@@ -423,7 +446,7 @@ def enter_webhooks(
 
 def build_deliverer(
     settings: Settings,
-    store: AgentSessionStore,
+    store: WebhookStore,
     targets: TargetPolicy,
     *,
     owner: str,

@@ -23,7 +23,7 @@ from app.runtime.session.retention import RetentionPolicy
 from app.settings import Settings
 from app.store.engine import make_engine, redacted_url
 from app.store.migrations import upgrade_head
-from app.store.store import store_for
+from app.store.stores import open_stores
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -140,7 +140,7 @@ def _with_accounts(settings: Settings, action: Callable[[Accounts], Awaitable[An
     async def run() -> Any:
         engine = make_engine(settings)
         try:
-            return await action(Accounts(store_for(engine)))
+            return await action(Accounts(open_stores(engine).accounts))
         finally:
             await engine.dispose()
 

@@ -47,7 +47,7 @@ def fire_row(fire: FireRecord) -> dict[str, Any]:
 
 def scheduler_of(kit: Toolkit, blueprints: Blueprints | None = None) -> Scheduler:
     """A scheduler that manages rows only (it fires nothing)."""
-    return Scheduler(kit.store, kit.runtime, None, blueprints=blueprints)
+    return Scheduler(kit.stores.schedules, kit.runtime, None, blueprints=blueprints)
 
 
 async def list_schedules(kit: Toolkit, out: TextIO, *, tenant: str, limit: int) -> None:

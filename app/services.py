@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from app.runtime.webhooks.delivery import Deliverer
     from app.runtime.webhooks.service import Webhooks
     from app.settings import Settings
-    from app.store.store import AgentSessionStore
+    from app.store.stores import Stores
 
 __all__ = ["Services", "services_of"]
 
@@ -54,7 +54,7 @@ class Services:
     schema_revisions: tuple[str, frozenset[str]]  # (head, every revision) the code ships
     models: ModelRegistry
     blueprints: Blueprints
-    store: AgentSessionStore
+    stores: Stores
     bus: EventBus
     accounts: Accounts
     runtime: SessionRuntime

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.base import NO_TENANT
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from bench.common import EVENT_TYPE, payload
 
 _TEMPLATE = json.dumps(payload(0), separators=(",", ":"))
@@ -65,7 +65,7 @@ def _sqlite_now() -> str:
 
 
 async def fill(
-    store: AgentSessionStore,
+    store: Stores,
     tenant: str,
     session: str,
     lo: int,
@@ -89,7 +89,7 @@ async def fill(
     chunk = 50_000
     for start in range(lo, hi + 1, chunk):
         end = min(hi, start + chunk - 1)
-        async with store.write(tenant) as conn:
+        async with store.database.write(tenant) as conn:
             part = {**params, "lo": start, "hi": end}
             if store.dialect == "postgresql":
                 await conn.execute(_PG_EVENTS, part)
@@ -150,7 +150,7 @@ _SQLITE_SCALE_EVENTS = text(
 )
 
 
-async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events: int) -> None:
+async def scale(store: Stores, tenant: str, *, sessions: int, events: int) -> None:
     """`sessions` sessions of `events // sessions` events each, in chunks of transactions."""
     per = max(1, events // sessions)
     step = max(1, 50_000 // per)
@@ -164,7 +164,7 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
             "type": str(EVENT_TYPE),
             "template": _TEMPLATE,
         }
-        async with store.write(tenant) as conn:
+        async with store.database.write(tenant) as conn:
             if store.dialect == "postgresql":
                 await conn.execute(_PG_SCALE_SESSIONS, params)
                 await conn.execute(_PG_SCALE_EVENTS, params)
@@ -174,5 +174,5 @@ async def scale(store: AgentSessionStore, tenant: str, *, sessions: int, events:
                 base = await _reserve_positions(conn, n) - n
                 await conn.execute(_SQLITE_SCALE_SESSIONS, {**params, "now": now})
                 await conn.execute(_SQLITE_SCALE_EVENTS, {**params, "base": base, "now": now})
-    async with store.write(NO_TENANT) as conn:
+    async with store.database.write(NO_TENANT) as conn:
         await conn.execute(text("ANALYZE"))

@@ -126,11 +126,11 @@ async def _tenant(database_url: str) -> tuple[str, str]:
     from app.runtime.access.accounts import Accounts
     from app.settings import Settings
     from app.store.engine import make_engine
-    from app.store.store import store_for
+    from app.store.stores import open_stores
 
     engine = make_engine(Settings(database_url=database_url))
     try:
-        accounts = Accounts(store_for(engine))
+        accounts = Accounts(open_stores(engine).accounts)
         name = f"bench-{os.getpid()}-{time.monotonic_ns()}"
         tenant = await accounts.create_tenant(name)
         raw, _ = await accounts.create_key(name)

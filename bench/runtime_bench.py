@@ -1,7 +1,7 @@
 """Realistic sessions through the runtime's API: what a request pays.
 
 The store benchmarks (store_bench.py) write STEP_END events, which fold to nothing, straight
-into `AgentSessionStore`. Here every event carries memory, as a real session's do: one
+into `Stores`. Here every event carries memory, as a real session's do: one
 MEMORY_ITEMS_APPENDED with one 562-byte message item, written with
 `SessionRuntime.append_items`, read with `list_events` and with `load` on a cold cache (a
 replica that never served the session), forked with `fork`. Each figure stands next to the
@@ -21,11 +21,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app.assembly import runtime_over
 from app.runtime.memory.items import normalize_items
 from app.runtime.session import event_payloads as ev
 from app.runtime.session.events import EventType
-from app.runtime.session.service import SessionRuntime
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from bench import bulk
 from bench.common import TEXT, Figure, Sizes, interleaved, median, per_call_ms
 from bench.raw import RawPostgres, RawSqlite
@@ -53,13 +53,13 @@ BODY = (str(EventType.MEMORY_ITEMS_APPENDED), json.dumps(PAYLOAD, separators=(",
 class RuntimeBench:
     def __init__(
         self,
-        store: AgentSessionStore,
+        store: Stores,
         raw: RawPostgres | RawSqlite,
         tenant: str,
         sizes: Sizes,
     ) -> None:
         self.store = store
-        self.runtime = SessionRuntime(store)
+        self.runtime = runtime_over(store)
         self.raw = raw
         self.tenant = tenant
         self.sizes = sizes

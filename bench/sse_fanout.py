@@ -36,7 +36,7 @@ from app.runtime.access.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import store_for
+from app.store.stores import open_stores
 
 _ID = re.compile(rb"\nid: (\d+)\r")
 _PHASE_SECONDS = 120.0
@@ -163,7 +163,7 @@ def _rss_mb(pid: int) -> float:
 async def _tenant_key(database_url: str) -> str:
     engine = make_engine(Settings(database_url=database_url))
     try:
-        accounts = Accounts(store_for(engine))
+        accounts = Accounts(open_stores(engine).accounts)
         name = f"bench-{os.getpid()}-{time.monotonic_ns()}"
         await accounts.create_tenant(name)
         raw, _ = await accounts.create_key(name)

@@ -1,4 +1,4 @@
-"""Store benchmarks: appends, loads and forks through `AgentSessionStore`, each next to
+"""Store benchmarks: appends, loads and forks through `Stores`, each next to
 the same work done with the bare driver (bench/raw.py) in the same run."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+from app.assembly import runtime_over
 from app.runtime.ports import NewSession
 from app.runtime.session.events import EventType, NewEvent
-from app.runtime.session.service import SessionRuntime
 from app.runtime.webhooks.records import NewWebhook
 from app.runtime.webhooks.signing import new_secret
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import store_for
+from app.store.stores import open_stores
 from bench import bulk
 from bench.common import Figure, Sizes, interleaved, median, new_event, per_call_ms
 from bench.raw import RawPostgres, RawSqlite, raw_for
@@ -43,20 +43,20 @@ class StoreBench:
         self.log = log
         settings = Settings(database_url=url)
         self.engine = make_engine(settings)
-        self.store = store_for(self.engine)
-        self.runtime = SessionRuntime(self.store)
+        self.store = open_stores(self.engine)
+        self.runtime = runtime_over(self.store)
         self.raw: RawPostgres | RawSqlite = raw_for(url, settings.sqlite_synchronous)
         self.tenant = ""
         self.loaded: dict[int, str] = {}  # ledger length -> session id (load/fork set-up)
         self.small_table: dict[str, Figure] = {}
 
     async def open(self) -> None:
-        tenant = await self.store.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")
+        tenant = await self.store.accounts.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")
         self.tenant = tenant.tenant_id
         if os.environ.get("ASR_BENCH_WEBHOOK") == "1":
             # The cost of the webhook outbox: the tenant has an active subscription to every
             # event type, so each append also writes one outbox row (migration 0010).
-            await self.store.create_webhook(self.tenant, _bench_webhook())
+            await self.store.webhooks.create_webhook(self.tenant, _bench_webhook())
         await self.raw.open(max(16, self.sizes.conc_writers))
 
     async def close(self) -> None:
@@ -65,7 +65,7 @@ class StoreBench:
 
     async def new_session(self, prefix: str = "s") -> str:
         sid = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        await self.store.create_session(
+        await self.store.ledger.create_session(
             self.tenant,
             session=NewSession(session_id=sid, metadata={}, agent={}, binding={}),
             events=[NewEvent(EventType.SESSION_CREATED, {"session_id": sid})],
@@ -84,7 +84,7 @@ class StoreBench:
             sid = await self.new_session()
             started = time.perf_counter()
             for i in range(n):
-                await self.store.append_events(self.tenant, sid, events=[new_event(i)])
+                await self.store.ledger.append_events(self.tenant, sid, events=[new_event(i)])
             return n / (time.perf_counter() - started)
 
         async def raw_once() -> float:
@@ -121,7 +121,9 @@ class StoreBench:
             async def writer(w: int) -> None:
                 for sid in sids[w * sessions_per_writer : (w + 1) * sessions_per_writer]:
                     for i in range(s.conc_events):
-                        await self.store.append_events(self.tenant, sid, events=[new_event(i)])
+                        await self.store.ledger.append_events(
+                            self.tenant, sid, events=[new_event(i)]
+                        )
 
             started = time.perf_counter()
             await asyncio.gather(*(writer(w) for w in range(s.conc_writers)))
@@ -164,7 +166,7 @@ class StoreBench:
             started = time.perf_counter()
             for b in range(s.batch_count):
                 events = [new_event(b * s.batch_size + i) for i in range(s.batch_size)]
-                await self.store.append_events(self.tenant, sid, events=events)
+                await self.store.ledger.append_events(self.tenant, sid, events=events)
             return total / (time.perf_counter() - started)
 
         async def many_once() -> float:
@@ -222,14 +224,14 @@ class StoreBench:
             started = time.perf_counter()
             sid = await self.new_session(f"l{n}")
             if n == s.small_session:
-                await self.store.append_events(
+                await self.store.ledger.append_events(
                     self.tenant, sid, events=[new_event(i) for i in range(n - 1)]
                 )
             else:
                 await bulk.fill(self.store, self.tenant, sid, 2, n - s.tail)
                 self.runtime._cache.clear()
                 await self.runtime.load(self.tenant, sid)  # folds all, writes the snapshot
-                await self.store.append_events(
+                await self.store.ledger.append_events(
                     self.tenant, sid, events=[new_event(i) for i in range(s.tail)]
                 )
             self.loaded[n] = sid
@@ -245,7 +247,7 @@ class StoreBench:
             calls = self._calls(n)
 
             async def store_call(sid: str = sid, n: int = n) -> None:
-                events = await self.store.list_events(self.tenant, sid)
+                events = await self.store.ledger.list_events(self.tenant, sid)
                 assert len(events) == n
 
             async def raw_call(sid: str = sid, n: int = n) -> None:
@@ -308,7 +310,7 @@ class StoreBench:
     async def fork(self) -> list[Figure]:
         n = self.sizes.fork_size
         src = self.loaded.get(n) or self.loaded[max(self.loaded)]
-        record = await self.store.get_session(self.tenant, src)
+        record = await self.store.ledger.get_session(self.tenant, src)
         assert record is not None
         await self.raw.match_size()  # like with like: the raw copy goes into as large a table
         figures = []
@@ -318,7 +320,7 @@ class StoreBench:
                 child = f"f-{uuid.uuid4().hex[:12]}"
                 forked = NewEvent(EventType.SESSION_FORKED, {"parent_session_id": src})
                 started = time.perf_counter()
-                await self.store.fork_session(
+                await self.store.ledger.fork_session(
                     self.tenant,
                     src,
                     at_seq=at,

@@ -31,7 +31,7 @@ from app.runtime.webhooks.records import NewWebhook
 from app.runtime.webhooks.signing import new_secret
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from bench.common import create_database, drop_database, median, migrate, new_event
 
 _SQLITE_TRIGGER_SQL = text(
@@ -39,30 +39,30 @@ _SQLITE_TRIGGER_SQL = text(
 )
 
 
-async def _sqlite_trigger(store: AgentSessionStore) -> str:
+async def _sqlite_trigger(store: Stores) -> str:
     """SQLite's trigger as the migration made it (to put it back after dropping it)."""
     if store.dialect == "postgresql":
         return ""
-    async with store.engine.connect() as conn:
+    async with store.database.engine.connect() as conn:
         return str((await conn.execute(_SQLITE_TRIGGER_SQL)).scalar_one())
 
 
-async def _switch(store: AgentSessionStore, on: bool, sqlite_trigger: str) -> None:
-    async with store.engine.begin() as conn:
+async def _switch(store: Stores, on: bool, sqlite_trigger: str) -> None:
+    async with store.database.engine.begin() as conn:
         if on:
             await conn.execute(text(sqlite_trigger))
         else:
             await conn.execute(text("DROP TRIGGER IF EXISTS webhook_outbox"))
 
 
-async def _block(store: AgentSessionStore, tenant_id: str, n: int) -> float:
+async def _block(store: Stores, tenant_id: str, n: int) -> float:
     sid = f"s-{uuid.uuid4().hex[:12]}"
-    await store.create_session(
+    await store.ledger.create_session(
         tenant_id, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
     )
     started = time.perf_counter()
     for i in range(n):
-        await store.append_events(tenant_id, sid, events=[new_event(i)])
+        await store.ledger.append_events(tenant_id, sid, events=[new_event(i)])
     return n / (time.perf_counter() - started)
 
 
@@ -80,12 +80,12 @@ async def main(db: str, rounds: int, block: int, *, async_commit: bool) -> dict[
                 await conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
             await admin.dispose()
         engine = make_engine(Settings(database_url=url))
-        store = store_for(engine)
+        store = open_stores(engine)
         sqlite_trigger = await _sqlite_trigger(store)
-        plain = (await store.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")).tenant_id
-        subscribed = (await store.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")).tenant_id
+        plain = (await store.accounts.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")).tenant_id
+        subscribed = (await store.accounts.create_tenant(f"bench-{uuid.uuid4().hex[:8]}")).tenant_id
         hook = NewWebhook("wh_bench", "https://example.com/b", ["*"], None, None, None, "")
-        await store.create_webhook(subscribed, replace(hook, secret=new_secret()))
+        await store.webhooks.create_webhook(subscribed, replace(hook, secret=new_secret()))
         sqlite = store.dialect != "postgresql"
         samples: dict[str, list[float]] = {"on_no_subscription": [], "on_subscribed": []}
         if sqlite:

@@ -32,7 +32,7 @@ from app.runtime.access.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from tests.pgroles import drop_roles, make_roles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,9 +116,9 @@ def settings(database_url: str) -> Settings:
 
 
 @pytest.fixture(scope="session")
-async def store(settings: Settings) -> AsyncIterator[AgentSessionStore]:
+async def store(settings: Settings) -> AsyncIterator[Stores]:
     engine = make_engine(settings)
-    yield store_for(engine)
+    yield open_stores(engine)
     await engine.dispose()
 
 
@@ -133,8 +133,8 @@ class TenantKey:
         return {"Authorization": f"Bearer {self.key}"}
 
 
-async def make_tenant(store: AgentSessionStore) -> TenantKey:
-    accounts = Accounts(store)
+async def make_tenant(store: Stores) -> TenantKey:
+    accounts = Accounts(store.accounts)
     name = f"t-{uuid.uuid4().hex[:12]}"
     tenant = await accounts.create_tenant(name)
     raw, _ = await accounts.create_key(name)
@@ -142,12 +142,12 @@ async def make_tenant(store: AgentSessionStore) -> TenantKey:
 
 
 @pytest.fixture
-async def tenant(store: AgentSessionStore) -> TenantKey:
+async def tenant(store: Stores) -> TenantKey:
     return await make_tenant(store)
 
 
 @pytest.fixture
-async def other_tenant(store: AgentSessionStore) -> TenantKey:
+async def other_tenant(store: Stores) -> TenantKey:
     return await make_tenant(store)
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.services import services_of
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from app.store.tables import session_snapshots, sessions
 from tests.conftest import TenantKey
 from tests.test_cli import asr
@@ -138,8 +138,8 @@ async def test_sessions_list_show_events_tail_and_tenant_list(
     assert missing.returncode == 1 and "nope" in missing.stderr
 
 
-async def _backdate(store: AgentSessionStore, tenant_id: str, sid: str, **values: Any) -> None:
-    async with store.write(tenant_id) as conn:
+async def _backdate(store: Stores, tenant_id: str, sid: str, **values: Any) -> None:
+    async with store.database.write(tenant_id) as conn:
         await conn.execute(
             update(sessions)
             .where(sessions.c.tenant_id == tenant_id, sessions.c.session_id == sid)
@@ -147,9 +147,9 @@ async def _backdate(store: AgentSessionStore, tenant_id: str, sid: str, **values
         )
 
 
-async def _snapshot_seqs(store: AgentSessionStore, tenant_id: str, sid: str) -> list[int]:
+async def _snapshot_seqs(store: Stores, tenant_id: str, sid: str) -> list[int]:
     snap = session_snapshots.c
-    async with store.read(tenant_id) as conn:
+    async with store.database.read(tenant_id) as conn:
         rows = await conn.execute(
             select(snap.seq)
             .where(snap.tenant_id == tenant_id, snap.session_id == sid)
@@ -159,7 +159,7 @@ async def _snapshot_seqs(store: AgentSessionStore, tenant_id: str, sid: str) -> 
 
 
 async def test_retention_erases_idle_sessions_and_prunes_snapshots(
-    app: Any, client: httpx.AsyncClient, tenant: TenantKey, store: AgentSessionStore
+    app: Any, client: httpx.AsyncClient, tenant: TenantKey, store: Stores
 ) -> None:
     ids = []
     for _ in range(3):
@@ -173,25 +173,33 @@ async def test_retention_erases_idle_sessions_and_prunes_snapshots(
         assert (await client.post(f"/v1/sessions/{live}/save")).is_success
     before = await _snapshot_seqs(store, tenant.tenant_id, live)
     assert len(before) == 5
-    events_before = await store.list_events(tenant.tenant_id, live)
+    events_before = await store.ledger.list_events(tenant.tenant_id, live)
     policy = RetentionPolicy(idle_days=30, keep_snapshots=2)
 
-    dry = await apply_retention(store, policy, dry_run=True, tenant_ids=[tenant.tenant_id])
+    dry = await apply_retention(
+        store.maintenance,
+        policy,
+        tenants=store.accounts,
+        dry_run=True,
+        tenant_ids=[tenant.tenant_id],
+    )
     assert dry.sessions_erased == [(tenant.tenant_id, idle)]
-    assert await store.get_session(tenant.tenant_id, idle) is not None
+    assert await store.ledger.get_session(tenant.tenant_id, idle) is not None
 
-    report = await apply_retention(store, policy, tenant_ids=[tenant.tenant_id])
+    report = await apply_retention(
+        store.maintenance, policy, tenants=store.accounts, tenant_ids=[tenant.tenant_id]
+    )
     assert report.sessions_erased == [(tenant.tenant_id, idle)]
     assert report.snapshots_deleted == 3
-    assert await store.get_session(tenant.tenant_id, idle) is None
-    assert await store.list_events(tenant.tenant_id, idle) == []
-    assert await store.get_session(tenant.tenant_id, busy) is not None
+    assert await store.ledger.get_session(tenant.tenant_id, idle) is None
+    assert await store.ledger.list_events(tenant.tenant_id, idle) == []
+    assert await store.ledger.get_session(tenant.tenant_id, busy) is not None
     assert await _snapshot_seqs(store, tenant.tenant_id, live) == before[-2:]
     # Events are never pruned; the state still folds to the same memory.
-    assert await store.list_events(tenant.tenant_id, live) == events_before
+    assert await store.ledger.list_events(tenant.tenant_id, live) == events_before
     loaded, folded = await services_of(app).runtime.projection(tenant.tenant_id, live)
     assert folded.memory_json() == loaded.state.memory_json()
-    async with store.read(tenant.tenant_id) as conn:
+    async with store.database.read(tenant.tenant_id) as conn:
         remaining = await conn.execute(
             select(func.count()).where(
                 sessions.c.tenant_id == tenant.tenant_id, sessions.c.session_id.in_(ids)

@@ -63,15 +63,24 @@ def test_the_live_path_never_imports_the_api() -> None:
     assert offending("live", ("app.api", "app.main", "fastapi")) == []
 
 
+# `SessionRuntime`'s ports (`app.runtime.ports`): its attributes of these names are the
+# ledger and run stores.
+RUNTIME_STORES = ("ledger", "runs", "idempotency", "maintenance")
+# What names a store in the API: the services' `stores`, or one of them.
+API_STORES = ("store", "stores", "ledger")
+
+
 def store_reads(package: str, *, through_runtime: bool) -> list[str]:
-    """`<x>.store` attribute reads in `package` (only `<...>runtime.store`, with
-    `through_runtime`), outside `app/runtime/session/service.py`."""
+    """Store attribute reads in `package`, outside `app/runtime/session/service.py`: with
+    `through_runtime`, `<...>runtime.<port>` for `SessionRuntime`'s ports; otherwise any
+    `<x>.store`, `<x>.stores` or `<x>.ledger`."""
     found: list[str] = []
+    names = RUNTIME_STORES if through_runtime else API_STORES
     for path in (ROOT / "app" / package).rglob("*.py"):
         if path.relative_to(ROOT).as_posix() == "app/runtime/session/service.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not (isinstance(node, ast.Attribute) and node.attr == "store"):
+            if not (isinstance(node, ast.Attribute) and node.attr in names):
                 continue
             owner = node.value
             name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
@@ -80,10 +89,11 @@ def store_reads(package: str, *, through_runtime: bool) -> list[str]:
     return found
 
 
-def test_the_session_runtime_is_the_only_session_store_caller() -> None:
-    """`SessionRuntime` alone calls the session store, so the state cache it keeps has one
-    owner: runs, compaction, transfer and delegation write through it, and the API reaches
-    no store at all. (Tenants and webhooks keep their own narrow ports: no state there.)"""
+def test_the_session_runtime_is_the_only_ledger_store_caller() -> None:
+    """`SessionRuntime` alone calls the ledger and run stores (its ports `LedgerPort`,
+    `RunPort`, ...), so the state cache it keeps has one owner: runs, compaction, transfer
+    and delegation write through it, and the API reaches no store at all. (Tenants,
+    schedules and webhooks keep their own narrow ports: no state there.)"""
     assert store_reads("runtime", through_runtime=True) == []
     assert store_reads("api", through_runtime=False) == []
 
@@ -126,3 +136,24 @@ def test_the_rooms_of_the_api_import_one_way() -> None:
         for used in reached.values():
             used.update(*(reached.get(other, set()) for other in set(used)))
     assert [room for room, used in reached.items() if room in used] == []
+
+
+def test_the_backend_is_chosen_in_one_place() -> None:
+    """`app.store.stores.open_stores` picks the backend: it alone, outside the backend
+    packages, imports their stores, and the backends never import it (no circle)."""
+    backend_stores = tuple(
+        f"app.store.{backend}.{module}"
+        for backend in ("sqlite", "postgres")
+        for module in ("database", "ledger", "runs", "idempotency", "cross_tenant")
+    )
+    inside = ("app/store/stores.py", "app/store/sqlite/", "app/store/postgres/")
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path, names in imported_modules("").items()
+        if not path.relative_to(ROOT).as_posix().startswith(inside)
+        for name in sorted(names)
+        if name in backend_stores
+    ]
+    assert found == []
+    for backend in ("store/sqlite", "store/postgres"):
+        assert offending(backend, ("app.store.stores",)) == []

@@ -117,13 +117,13 @@ class EventBus:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._store.announcer.listeners.append(self.publish_committed)
+        self._store.db.announcer.listeners.append(self.publish_committed)
         self._tasks.append(asyncio.create_task(self._pump(), name="asr-bus-pump"))
         self._tasks.append(asyncio.create_task(self._poll_forever(), name="asr-bus-poll"))
 
     async def stop(self) -> None:
         with contextlib.suppress(ValueError):
-            self._store.announcer.listeners.remove(self.publish_committed)
+            self._store.db.announcer.listeners.remove(self.publish_committed)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -238,7 +238,7 @@ class EventBus:
         the fence one heartbeat later."""
         self.control_counters["sent"] += 1
         self._deliver_control(signal)
-        notifier = self._store.announcer.notifier
+        notifier = self._store.db.announcer.notifier
         payload = encode_control(signal.kind, signal.tenant_id, signal.run_id)
         if notifier is None or payload is None:
             return
@@ -391,7 +391,7 @@ class EventBus:
         stmt = select(sessions.c.session_id, sessions.c.last_seq).where(
             sessions.c.tenant_id == tenant_id, sessions.c.session_id.in_(session_ids)
         )
-        async with self._store.read(tenant_id) as conn:
+        async with self._store.db.read(tenant_id) as conn:
             return [(r.session_id, r.last_seq) for r in await conn.execute(stmt)]
 
     # --------------------------------------------------------------------- gauges

@@ -149,13 +149,13 @@ def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
         "read_batch": settings.sse_replay_batch,
         "delta_flush_seconds": settings.sse_delta_flush_ms / 1000,
     }
-    if store.dialect == "postgresql" and settings.sse_notify:
+    if store.db.dialect == "postgresql" and settings.sse_notify:
         return PostgresNotifyBus(
             store,
             listen_dsn=listen_dsn(settings),
             keepalive_seconds=settings.sse_listen_keepalive_seconds,
             delta_notifier=DeltaNotifier(
-                store.engine, in_transaction=behind_pgbouncer(store.engine)
+                store.db.engine, in_transaction=behind_pgbouncer(store.db.engine)
             ),
             **options,
         )

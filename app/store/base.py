@@ -1,4 +1,4 @@
-"""Transactions and row conversion shared by the store's parts."""
+"""`Database`: the engine and its transactions, shared by every store; row conversion."""
 
 from __future__ import annotations
 
@@ -36,22 +36,29 @@ def as_utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-class StoreBase(ABC):
-    """Owns the engine and opens read and write transactions on it.
+class Database(ABC):
+    """Owns the engine and opens read and write transactions on it: the one small object
+    every store by concern (`app.store.stores.Stores`) is built on.
 
     What differs between the databases is not decided here but by the backend's class
-    (`app/store/sqlite`, `app/store/postgres`), through these hooks: `insert` (the dialect's
+    (`SqliteDatabase`, `PostgresDatabase`), through these hooks: `insert` (the dialect's
     INSERT), `_scope` (the tenant of a transaction), `_write_lock` and the `Notifier`.
     """
 
     # The backend's SQLAlchemy dialect name ("sqlite" or "postgresql"), for tools and tests
     # that measure or set up per backend; the store's own code never branches on it.
     dialect: ClassVar[str]
-    # Told about committed events (metrics); AgentSessionStore takes the real one.
-    observer: Observer = NullObserver()
 
-    def __init__(self, engine: AsyncEngine, *, notifier: Notifier | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        notifier: Notifier | None = None,
+        observer: Observer | None = None,
+    ) -> None:
         self.engine = engine
+        # Told about committed events (metrics).
+        self.observer: Observer = observer or NullObserver()
         # Live readers are woken by every transaction that inserts events (see announce.py).
         self.announcer = Announcer(notifier=notifier)
         # Writers queue here in order (SQLite's single writer) instead of in the database.

@@ -17,13 +17,13 @@ may execute but whose owner's reach it cannot otherwise assume.
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import Any
 
 from app.runtime.ports import ApiKeyRecord, RunRecord, TenantRecord
 from app.runtime.webhooks.records import Claim
-from app.store.base import StoreBase, as_utc
+from app.store.base import Database, as_utc
 
 
 def tenant_from_row(row: Any) -> TenantRecord:
@@ -47,8 +47,13 @@ def key_from_row(row: Any) -> ApiKeyRecord:
     )
 
 
-class CrossTenantStore(StoreBase):
-    """What spans tenants; each backend's mixin implements every method."""
+class CrossTenantStore(ABC):
+    """What spans tenants; each backend's class implements every method. The stores by
+    concern hand its methods on (`AccountStore.get_api_key`, `RunStore.list_stale_runs`,
+    ...): this class is no port of its own."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     @abstractmethod
     async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
@@ -89,7 +94,7 @@ class CrossTenantStore(StoreBase):
         (subscription, session), of an active subscription, and not claimed by a live claim.
 
         The deliverer of every replica calls this; it then reads each claimed delivery and
-        settles its attempt in the tenant's own transaction (`WebhookTables`).
+        settles its attempt in the tenant's own transaction (`WebhookStore`).
         """
 
     @abstractmethod

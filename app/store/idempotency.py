@@ -14,6 +14,7 @@ later replays return it byte for byte; until then a replay renders it again from
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.ports import AppendResult, IdempotencyRecord, IdempotencyToken
-from app.store.base import StoreBase, utcnow
+from app.store.base import Database, utcnow
 from app.store.tables import idempotency_keys
 
 
@@ -41,8 +42,13 @@ def committed_result(result: AppendResult, run_id: str | None = None) -> dict[st
     return out
 
 
-class IdempotencyStore(StoreBase):
-    idempotency_ttl = timedelta(hours=24)
+class IdempotencyStore(ABC):
+    """The Idempotency-Key rows: sealed in the guarded write's own transaction (each
+    backend's `seal`, which the other stores call), read back, answered."""
+
+    def __init__(self, db: Database, *, ttl_seconds: int = 86_400) -> None:
+        self.db = db
+        self.idempotency_ttl = timedelta(seconds=ttl_seconds)
 
     def idempotency_args(self, token: IdempotencyToken | None) -> tuple[Any, Any, Any]:
         """(key, request hash, expiry) as the stored functions take them."""
@@ -50,6 +56,7 @@ class IdempotencyStore(StoreBase):
             return None, None, None
         return token.key, token.request_hash, utcnow() + self.idempotency_ttl
 
+    @abstractmethod
     async def seal(
         self,
         conn: AsyncConnection,
@@ -64,12 +71,11 @@ class IdempotencyStore(StoreBase):
             IdempotentReplay: a live row holds the key (a duplicate committed first); the
                 caller's transaction must roll back, which raising does.
         """
-        raise NotImplementedError
 
     async def get_idempotency_key(self, tenant_id: str, key: str) -> IdempotencyRecord | None:
         """The live record of `key` (None: never used, or expired)."""
         t = idempotency_keys.c
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             row = (
                 await conn.execute(
                     select(idempotency_keys).where(
@@ -107,7 +113,7 @@ class IdempotencyStore(StoreBase):
         t = idempotency_keys.c
         answer = {"status_code": status_code, "response": response, "headers": headers}
         stmt = (
-            self.insert(idempotency_keys)
+            self.db.insert(idempotency_keys)
             .values(
                 tenant_id=tenant_id,
                 key=token.key,
@@ -123,5 +129,5 @@ class IdempotencyStore(StoreBase):
                 where=(t.response.is_(None) & (t.request_hash == token.request_hash)),
             )
         )
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             await conn.execute(stmt)

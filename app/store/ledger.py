@@ -7,27 +7,36 @@ that bumps `last_seq`. Concurrent writers on one session therefore queue on that
 (PostgreSQL) or on the single writer (SQLite), and seqs come out 1..N with no gap and no
 duplicate. There is no `SELECT max(seq) + 1` and no table lock anywhere.
 
-Here: the funnel every payload passes before a write (redaction, size), and the reads,
-which are the same SQL on both databases.
+Here: the reads, which are the same SQL on both databases. The funnel every payload
+passes before a write (redaction, size) is `app.store.payloads`.
 """
 
 from __future__ import annotations
 
-import json
-from abc import abstractmethod
+from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.runtime.errors import PayloadTooLarge
-from app.runtime.ports import SessionLoad, SessionRecord, SnapshotRecord
+from app.runtime.ports import (
+    AppendResult,
+    HeldSession,
+    IdempotencyToken,
+    NewSession,
+    SessionLoad,
+    SessionRecord,
+    SnapshotRecord,
+    TenantCursor,
+    TenantPage,
+)
 from app.runtime.session.events import Event, NewEvent
-from app.runtime.session.redaction import Redactor
 from app.runtime.session.state import state_hash
-from app.store.base import EVENT_FIELDS, as_utc, session_from_row, utcnow
+from app.store.base import EVENT_FIELDS, Database, as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
+from app.store.payloads import Payloads
 from app.store.tables import runs, session_events, session_snapshots, sessions
 
 _GET_SESSION = select(sessions).where(
@@ -38,66 +47,94 @@ _GET_SESSION = select(sessions).where(
 EVENT_COLUMN_LIST = ", ".join(session_events.c[name].name for name in EVENT_FIELDS)
 
 
-class LedgerStore(IdempotencyStore):
-    """Tenant-scoped reads of sessions, events and snapshots; the writes' shared checks."""
+async def read_session(
+    conn: AsyncConnection, tenant_id: str, session_id: str
+) -> SessionRecord | None:
+    """The session row, read in the open transaction `conn` (None: no such session)."""
+    params = {"g_tenant": tenant_id, "g_session": session_id}
+    row = (await conn.execute(_GET_SESSION, params)).first()
+    return session_from_row(row) if row is not None else None
 
-    max_metadata_bytes: int = 16_384
-    max_event_bytes: int = 2_097_152
-    redactor: Redactor = Redactor()
 
-    def _persistable(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The funnel every event payload and snapshot state passes through before a write:
-        secrets are redacted, and an oversized payload is refused (the transaction rolls
-        back, nothing is written)."""
-        return self._persistable_json(payload)[0]
+class LedgerStore(ABC):
+    """Tenant-scoped sessions, their events and snapshots: the reads (the same SQL on both
+    databases) here, the writes that insert events and the hold in each backend's class
+    (`SqliteLedger`, `PostgresLedger`)."""
 
-    def _persistable_json(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """`_persistable`, also returning the JSON text it measured, for a caller that
-        sends JSON text itself (the PostgreSQL fast path) and so encodes it only once."""
-        clean = self.redactor.value(payload)
-        text = json.dumps(clean, separators=(",", ":"), ensure_ascii=False)
-        # A UTF-8 character is at most 4 bytes: only a text that might be too big is encoded.
-        if len(text) * 4 > self.max_event_bytes:
-            size = len(text.encode())
-            if size > self.max_event_bytes:
-                raise PayloadTooLarge(
-                    f"an event of {size} bytes exceeds {self.max_event_bytes} bytes"
-                )
-        return clean, text
+    def __init__(self, db: Database, payloads: Payloads, idempotency: IdempotencyStore) -> None:
+        self.db = db
+        self.payloads = payloads
+        self.idempotency = idempotency
 
-    def persistable_snapshot(self, state: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """A snapshot's state as stored (redacted) and its content hash (checked on load)."""
-        clean = self.redactor.value(state)
-        return clean, state_hash(clean)
+    # The writes that insert events, the hold, and the tenant timeline: each backend's own.
 
-    @staticmethod
-    def check_append(
+    @abstractmethod
+    def hold(self, tenant_id: str, session_id: str) -> AbstractAsyncContextManager[HeldSession]:
+        """Hold the session against every other writer until the block ends (see
+        `app.runtime.ports.LedgerPort.hold`)."""
+
+    @abstractmethod
+    async def create_session(
+        self,
+        tenant_id: str,
+        *,
+        session: NewSession,
         events: list[NewEvent],
-        expected_seq: int | None,
-        snapshot: tuple[str, dict[str, Any]] | None,
-    ) -> None:
-        """A snapshot in an append is the fold at the new last seq: only known under
-        `expected_seq`, and it must say so."""
-        if snapshot is None:
-            return
-        if expected_seq is None:
-            raise ValueError("a snapshot in an append needs expected_seq")
-        if snapshot[1].get("seq") != expected_seq + len(events):
-            raise ValueError("a snapshot must be the fold at the session's last seq")
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        """A new session with its first events (and a snapshot at their end)."""
+
+    @abstractmethod
+    async def fork_session(
+        self,
+        tenant_id: str,
+        source_session_id: str,
+        *,
+        at_seq: int,
+        session: NewSession,
+        events: list[NewEvent],
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        """A child whose ledger is a copy of the source's events 1..at_seq, then `events`."""
+
+    @abstractmethod
+    async def append_events(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        events: list[NewEvent],
+        expected_seq: int | None = None,
+        expected_version: int | None = None,
+        metadata_patch: dict[str, Any] | None = None,
+        snapshot: tuple[str, dict[str, Any]] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> AppendResult:
+        """Events after the session's last seq, with the row's seq reserved first."""
+
+    @abstractmethod
+    async def list_tenant_events(
+        self,
+        tenant_id: str,
+        *,
+        after: TenantCursor,
+        types: list[str] | None = None,
+        limit: int = 500,
+    ) -> TenantPage:
+        """Events of every session of the tenant after `after`, in the timeline's order."""
 
     # ----------------------------------------------------------------- sessions
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session row, or None (also when it belongs to another tenant)."""
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             return await self._session(conn, tenant_id, session_id)
 
     async def _session(
         self, conn: AsyncConnection, tenant_id: str, session_id: str
     ) -> SessionRecord | None:
-        params = {"g_tenant": tenant_id, "g_session": session_id}
-        row = (await conn.execute(_GET_SESSION, params)).first()
-        return session_from_row(row) if row is not None else None
+        return await read_session(conn, tenant_id, session_id)
 
     async def load_session(
         self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
@@ -110,7 +147,7 @@ class LedgerStore(IdempotencyStore):
         seq, and the events after that. One transaction also means one consistent view: the
         row, the snapshot and the tail can never disagree about the last seq.
         """
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             record = await self._session(conn, tenant_id, session_id)
             if record is None:
                 return None
@@ -152,12 +189,12 @@ class LedgerStore(IdempotencyStore):
         for key, value in (metadata or {}).items():
             stmt = stmt.where(sessions.c.metadata[key].as_string() == value)
         stmt = stmt.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc())
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (await conn.execute(stmt.limit(limit))).all()
         return [session_from_row(r) for r in rows]
 
     async def count_sessions(self, tenant_id: str) -> int:
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             stmt = (
                 select(func.count()).select_from(sessions).where(sessions.c.tenant_id == tenant_id)
             )
@@ -166,7 +203,7 @@ class LedgerStore(IdempotencyStore):
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Erase the session, its events and its snapshots. False if there was none."""
         key = (tenant_id, session_id)
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             for table in (session_events, session_snapshots, runs):
                 await conn.execute(
                     delete(table).where(table.c.tenant_id == key[0], table.c.session_id == key[1])
@@ -192,7 +229,7 @@ class LedgerStore(IdempotencyStore):
         limit: int | None = None,
     ) -> list[Event]:
         """Events in seq order; filters combine with AND."""
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             return await self._events(
                 conn,
                 tenant_id,
@@ -233,8 +270,8 @@ class LedgerStore(IdempotencyStore):
         """
         if state.get("seq") != seq:
             raise ValueError("snapshot state seq differs from its row seq")
-        state = self.redactor.value(state)
-        async with self.write(tenant_id) as conn:
+        state = self.payloads.redact(state)
+        async with self.db.write(tenant_id) as conn:
             exists = (
                 await conn.execute(
                     select(sessions.c.last_seq).where(
@@ -245,7 +282,7 @@ class LedgerStore(IdempotencyStore):
             if exists is None or exists.last_seq < seq:
                 return False
             result = await conn.execute(
-                self.insert(session_snapshots)
+                self.db.insert(session_snapshots)
                 .values(
                     tenant_id=tenant_id,
                     session_id=session_id,
@@ -267,7 +304,7 @@ class LedgerStore(IdempotencyStore):
         A row whose content hash does not match is skipped, so a torn or tampered snapshot
         falls back to an older one (or to a full fold) instead of resuming wrong state.
         """
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             return await self._intact_snapshot(conn, tenant_id, session_id, at_or_below)
 
     async def _intact_snapshot(
@@ -296,7 +333,7 @@ class LedgerStore(IdempotencyStore):
     async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
         """Every snapshot of a session, oldest first (state included)."""
         snap = session_snapshots.c
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
                     select(session_snapshots)

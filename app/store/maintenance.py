@@ -8,15 +8,56 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import delete, func, select, text, tuple_
+from sqlalchemy.exc import DBAPIError
 
-from app.runtime.ports import SessionRecord
-from app.store.base import StoreBase, session_from_row
-from app.store.tables import session_events, session_snapshots, sessions
+from app.runtime.ports import RunRecord, SessionRecord
+from app.runtime.webhooks.records import PENDING
+from app.store.base import NO_TENANT, Database, session_from_row
+from app.store.cross_tenant import CrossTenantStore
+from app.store.tables import session_events, session_snapshots, sessions, webhook_deliveries
 
 
-class MaintenanceStore(StoreBase):
-    """Retention support: which sessions are idle, and removing what a policy allows."""
+class MaintenanceStore:
+    """Retention support (which sessions are idle, removing what a policy allows), the
+    sweeps that span tenants (stale runs, expired keys), and the database's health."""
+
+    def __init__(self, db: Database, cross: CrossTenantStore) -> None:
+        self.db = db
+        self._cross = cross
+
+    async def ping(self) -> None:
+        """Round trip to the database (readiness)."""
+        async with self.db.read(NO_TENANT) as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def get_schema_revision(self) -> str | None:
+        """The Alembic revision the database is at; None when it was never migrated.
+
+        Raises whatever the driver raises when the database is unreachable (readiness turns
+        that into a reason).
+        """
+        async with self.db.read(NO_TENANT) as conn:
+            try:
+                async with conn.begin_nested():
+                    result = await conn.execute(text("SELECT version_num FROM alembic_version"))
+                    row = result.first()
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise
+                # No alembic_version table yet. The savepoint keeps PostgreSQL's transaction
+                # usable after the error.
+                return None
+        return row[0] if row is not None else None
+
+    async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]:
+        """Live runs whose lease expired, and interrupted runs still holding their session
+        (every tenant's: the sweeper's housekeeping)."""
+        return await self._cross.list_stale_runs(limit=limit)
+
+    async def delete_expired_idempotency_keys(self) -> int:
+        """Delete every tenant's expired Idempotency-Key rows; returns how many."""
+        return await self._cross.delete_expired_idempotency_keys()
 
     async def list_idle_sessions(
         self, tenant_id: str, *, updated_before: datetime, limit: int
@@ -32,7 +73,7 @@ class MaintenanceStore(StoreBase):
             .order_by(sessions.c.updated_at, sessions.c.session_id)
             .limit(limit)
         )
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         return [session_from_row(r) for r in rows]
 
@@ -46,7 +87,7 @@ class MaintenanceStore(StoreBase):
         `updated_at` and is seen here. Returns whether the session was erased.
         """
         key = (sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id)
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             still_idle = (
                 await conn.execute(
                     select(sessions.c.session_id)
@@ -90,7 +131,7 @@ class MaintenanceStore(StoreBase):
             .subquery()
         )
         doomed = select(ranked.c.session_id, ranked.c.seq).where(ranked.c.rank > keep)
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             result = await conn.execute(
                 delete(session_snapshots).where(
                     snap.tenant_id == tenant_id,
@@ -98,3 +139,14 @@ class MaintenanceStore(StoreBase):
                 )
             )
         return int(result.rowcount or 0)
+
+    async def delete_settled_deliveries(self, tenant_id: str, *, before: datetime) -> int:
+        """Drop delivered and failed deliveries created before `before` from the log
+        (retention); pending ones always stay. Returns how many went."""
+        stmt = delete(webhook_deliveries).where(
+            webhook_deliveries.c.tenant_id == tenant_id,
+            webhook_deliveries.c.status != PENDING,
+            webhook_deliveries.c.created_at < before,
+        )
+        async with self.db.write(tenant_id) as conn:
+            return int((await conn.execute(stmt)).rowcount or 0)

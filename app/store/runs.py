@@ -11,6 +11,7 @@ IS NULL`, atomic on every replica.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any
 
@@ -18,10 +19,12 @@ from sqlalchemy import Row, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import SessionNotFound, too_many_runs
-from app.runtime.ports import AppendResult, IdempotencyToken, RunRecord
-from app.store.base import as_utc, utcnow
-from app.store.idempotency import committed_result
-from app.store.ledger import LedgerStore
+from app.runtime.ports import AppendResult, IdempotencyToken, NewRun, RunFinish, RunRecord
+from app.runtime.session.events import NewEvent
+from app.store.base import Database, as_utc, utcnow
+from app.store.idempotency import IdempotencyStore, committed_result
+from app.store.ledger import read_session
+from app.store.payloads import Payloads
 from app.store.tables import runs
 
 LIVE = ("queued", "running")
@@ -70,49 +73,102 @@ def json_text(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-class RunStore(LedgerStore):
-    """What both backends share of runs: the row's values, queued runs (no events), leases,
-    takeovers and reads. Starting, claiming, stepping and closing a run write events: each
-    backend implements those (`start_run`, `claim_run`, `append_run_events`,
-    `close_fenced_run`)."""
+class RunStore(ABC):
+    """What both backends share of runs: the row built from a `NewRun`, queued runs (no
+    events), leases, takeovers and reads. Starting, claiming, stepping and closing a run
+    write events: each backend's class implements those (`SqliteRuns`, `PostgresRuns`)."""
 
-    def run_values(
+    def __init__(
+        self,
+        db: Database,
+        payloads: Payloads,
+        idempotency: IdempotencyStore,
+    ) -> None:
+        self.db = db
+        self.payloads = payloads
+        self.idempotency = idempotency
+
+    def run_row(
         self,
         tenant_id: str,
         session_id: str,
+        run: NewRun,
         *,
-        run_id: str,
-        input: dict[str, Any] | None,
-        options: dict[str, Any],
-        owner: str,
-        lease_until: datetime,
         idempotency: IdempotencyToken | None,
+        now: datetime,
     ) -> dict[str, Any]:
-        """A new run row's values (redacted), as `start_run` and `enqueue_run` take them."""
-        now = utcnow()
+        """A new run row's values (redacted), queued until a write starts it."""
         return {
             "tenant_id": tenant_id,
-            "run_id": run_id,
+            "run_id": run.run_id,
             "session_id": session_id,
             "status": "queued",
-            "input": self.redactor.value(input),
-            "options": self.redactor.value(options),
+            "input": self.payloads.redact(run.input),
+            "options": self.payloads.redact(run.options),
             "usage": {},
             "turns": 0,
             "epoch": 1,
-            "lease_owner": owner,
-            "lease_expires_at": lease_until,
+            "lease_owner": run.owner,
+            "lease_expires_at": run.lease_until,
             "idempotency_key": idempotency.key if idempotency is not None else None,
             "created_at": now,
             "updated_at": now,
         }
+
+    @abstractmethod
+    async def start_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        run: NewRun,
+        start_events: list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> tuple[RunRecord, AppendResult]:
+        """The run's row and its first events, with the session claimed for it."""
+
+    @abstractmethod
+    async def claim_run(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: list[NewEvent],
+        oldest_only: bool = False,
+    ) -> tuple[RunRecord, AppendResult]:
+        """Start a queued run: the session claimed for it, its first events written."""
+
+    @abstractmethod
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        session_id: str,
+        epoch: int,
+        events: list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult:
+        """A run's step (fenced by its epoch), and its end when `finish` is given."""
+
+    @abstractmethod
+    async def close_fenced_run(
+        self, tenant_id: str, run_id: str, *, events: list[NewEvent]
+    ) -> AppendResult | None:
+        """Free the session a fenced run still holds, with `events` (None: freed already)."""
 
     async def enqueue_run(
         self,
         tenant_id: str,
         session_id: str,
         *,
-        values: dict[str, Any],
+        run: NewRun,
         max_live_runs: int | None = None,
         idempotency: IdempotencyToken | None = None,
     ) -> RunRecord:
@@ -121,7 +177,8 @@ class RunStore(LedgerStore):
         Raises:
             SessionNotFound, TooManyRequests, IdempotentReplay.
         """
-        async with self.write(tenant_id) as conn:
+        values = self.run_row(tenant_id, session_id, run, idempotency=idempotency, now=utcnow())
+        async with self.db.write(tenant_id) as conn:
             await self.check_live_runs(conn, tenant_id, max_live_runs)
             return await self.insert_queued(conn, tenant_id, session_id, values, idempotency)
 
@@ -154,20 +211,20 @@ class RunStore(LedgerStore):
         Raises:
             SessionNotFound, IdempotentReplay.
         """
-        current = await self._session(conn, tenant_id, session_id)
+        current = await read_session(conn, tenant_id, session_id)
         if current is None:
             raise SessionNotFound(session_id)
         row = (await conn.execute(runs.insert().values(**values).returning(*runs.c))).one()
         run = run_from_row(row)
         result = committed_result(AppendResult(session=current, events=[]), run.run_id)
-        await self.seal(conn, tenant_id, idempotency, result)
+        await self.idempotency.seal(conn, tenant_id, idempotency, result)
         return run
 
     async def renew_lease(
         self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
     ) -> bool:
         """Extend the lease; False means the run was taken over and must stop."""
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             result = await conn.execute(
                 update(runs)
                 .where(
@@ -189,7 +246,7 @@ class RunStore(LedgerStore):
         `only_expired`, when its lease has not expired).
         """
         now = utcnow()
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             before = await self._get_run(conn, tenant_id, run_id)
             if before is None or before.status not in LIVE:
                 return None
@@ -224,13 +281,13 @@ class RunStore(LedgerStore):
         return run_from_row(row) if row is not None else None
 
     async def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             return await self._get_run(conn, tenant_id, run_id)
 
     async def list_runs(
         self, tenant_id: str, session_id: str, *, limit: int = 100
     ) -> list[RunRecord]:
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
                     select(runs)

@@ -19,9 +19,10 @@ from sqlalchemy import Row, bindparam, case, delete, null, select, tuple_, updat
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.ports import FireRecord, IdempotencyToken, ScheduleRecord
-from app.runtime.session.redaction import Redactor
-from app.store.base import as_utc, utcnow
+from app.store.base import Database, as_utc, utcnow
+from app.store.cross_tenant import CrossTenantStore
 from app.store.idempotency import IdempotencyStore
+from app.store.payloads import Payloads
 from app.store.tables import schedule_fires, schedules
 
 
@@ -71,10 +72,25 @@ def fire_from_row(row: Row[Any]) -> FireRecord:
     )
 
 
-class ScheduleStore(IdempotencyStore):
+class ScheduleStore:
     """Schedules (tenant-scoped) and their fires."""
 
-    redactor: Redactor  # AgentSessionStore's
+    def __init__(
+        self,
+        db: Database,
+        payloads: Payloads,
+        idempotency: IdempotencyStore,
+        cross: CrossTenantStore,
+    ) -> None:
+        self.db = db
+        self.payloads = payloads
+        self.idempotency = idempotency
+        self._cross = cross
+
+    async def list_due_schedules(self, *, limit: int = 100) -> list[tuple[str, str]]:
+        """(tenant_id, schedule_id) of every tenant's due schedules
+        (`CrossTenantStore.list_due_schedules`)."""
+        return await self._cross.list_due_schedules(limit=limit)
 
     async def create_schedule(
         self,
@@ -97,20 +113,22 @@ class ScheduleStore(IdempotencyStore):
             "created_at": now,
             "updated_at": now,
         }
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             row = (
                 await conn.execute(schedules.insert().values(**row_values).returning(*schedules.c))
             ).one()
-            await self.seal(conn, tenant_id, idempotency, {"schedule_id": values["schedule_id"]})
+            await self.idempotency.seal(
+                conn, tenant_id, idempotency, {"schedule_id": values["schedule_id"]}
+            )
         return schedule_from_row(row)
 
     def _clean(self, values: dict[str, Any]) -> dict[str, Any]:
         """The client's JSON as a run's input is stored: through the redaction funnel
         (configured secrets masked, NUL, which PostgreSQL's JSONB refuses, replaced)."""
-        return {k: self.redactor.value(values[k]) for k in ("input", "metadata") if k in values}
+        return {k: self.payloads.redact(values[k]) for k in ("input", "metadata") if k in values}
 
     async def get_schedule(self, tenant_id: str, schedule_id: str) -> ScheduleRecord | None:
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             return await self._get_schedule(conn, tenant_id, schedule_id)
 
     async def _get_schedule(
@@ -133,7 +151,7 @@ class ScheduleStore(IdempotencyStore):
         if after is not None:
             query = query.where(tuple_(c.created_at, c.schedule_id) < tuple_(*after))
         query = query.order_by(c.created_at.desc(), c.schedule_id.desc()).limit(limit)
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (await conn.execute(query)).all()
         return [schedule_from_row(r) for r in rows]
 
@@ -160,7 +178,7 @@ class ScheduleStore(IdempotencyStore):
             .values(**values, version=c.version + 1, updated_at=utcnow())
             .returning(*schedules.c)
         )
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             row = (await conn.execute(stmt)).first()
             if row is None:
                 return None
@@ -206,7 +224,7 @@ class ScheduleStore(IdempotencyStore):
                 updated_at=utcnow(),
             )
         )
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             if (await conn.execute(stmt)).rowcount == 0:
                 return False
             await self._insert_fires(conn, tenant_id, [fire])
@@ -214,7 +232,7 @@ class ScheduleStore(IdempotencyStore):
 
     async def append_schedule_fire(self, tenant_id: str, fire: FireRecord) -> None:
         """Record a tick outside the scheduler's claims (a manual trigger)."""
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             await self._insert_fires(conn, tenant_id, [fire])
 
     async def _insert_fires(
@@ -222,7 +240,7 @@ class ScheduleStore(IdempotencyStore):
     ) -> None:
         for fire in fires:
             await conn.execute(
-                self.insert(schedule_fires)
+                self.db.insert(schedule_fires)
                 .values(
                     tenant_id=tenant_id,
                     schedule_id=fire.schedule_id,
@@ -243,7 +261,7 @@ class ScheduleStore(IdempotencyStore):
     async def delete_schedule(self, tenant_id: str, schedule_id: str) -> bool:
         """Delete the schedule and its record of fires (not the runs it started)."""
         c = schedules.c
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             result = await conn.execute(
                 delete(schedules).where(c.tenant_id == tenant_id, c.schedule_id == schedule_id)
             )
@@ -267,6 +285,6 @@ class ScheduleStore(IdempotencyStore):
         if run_id is not None:
             query = query.where(f.run_id == run_id)
         query = query.order_by(f.tick_at.desc(), f.trigger.desc()).limit(limit)
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (await conn.execute(query)).all()
         return [fire_from_row(r) for r in rows]

@@ -31,7 +31,8 @@ from app.runtime.webhooks.records import (
     Outcome,
     WebhookRecord,
 )
-from app.store.base import as_utc, event_from_row, utcnow
+from app.store.base import Database, as_utc, event_from_row, utcnow
+from app.store.cross_tenant import CrossTenantStore
 from app.store.idempotency import IdempotencyStore
 from app.store.tables import session_events, webhook_deliveries, webhook_subscriptions
 
@@ -115,8 +116,24 @@ def _claim_key(claim: Claim) -> tuple[Any, ...]:
     )
 
 
-class WebhookTables(IdempotencyStore):
-    """Subscriptions, the delivery log, and the deliverer's per-tenant read and settle."""
+class WebhookStore:
+    """Subscriptions, the delivery log, and the deliverer's claims, per-tenant read and
+    settle."""
+
+    def __init__(
+        self, db: Database, idempotency: IdempotencyStore, cross: CrossTenantStore
+    ) -> None:
+        self.db = db
+        self.idempotency = idempotency
+        self._cross = cross
+
+    async def claim_webhook_deliveries(
+        self, *, owner: str, limit: int, lease_seconds: int
+    ) -> list[Claim]:
+        """Claim due deliveries of every tenant (`CrossTenantStore.claim_webhook_deliveries`)."""
+        return await self._cross.claim_webhook_deliveries(
+            owner=owner, limit=limit, lease_seconds=lease_seconds
+        )
 
     async def create_webhook(
         self, tenant_id: str, webhook: NewWebhook, *, idempotency: IdempotencyToken | None = None
@@ -143,7 +160,7 @@ class WebhookTables(IdempotencyStore):
             "updated_at": now,
         }
         with _parameters_hidden():
-            async with self.write(tenant_id) as conn:
+            async with self.db.write(tenant_id) as conn:
                 row = (
                     await conn.execute(
                         webhook_subscriptions.insert()
@@ -151,7 +168,9 @@ class WebhookTables(IdempotencyStore):
                         .returning(webhook_subscriptions)
                     )
                 ).one()
-                await self.seal(conn, tenant_id, idempotency, {"webhook_id": webhook.webhook_id})
+                await self.idempotency.seal(
+                    conn, tenant_id, idempotency, {"webhook_id": webhook.webhook_id}
+                )
         return webhook_from_row(row)
 
     async def get_webhook(self, tenant_id: str, webhook_id: str) -> WebhookRecord | None:
@@ -159,7 +178,7 @@ class WebhookTables(IdempotencyStore):
         stmt = select(webhook_subscriptions).where(
             _W.tenant_id == tenant_id, _W.webhook_id == webhook_id
         )
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             row = (await conn.execute(stmt)).first()
         return webhook_from_row(row) if row is not None else None
 
@@ -171,13 +190,13 @@ class WebhookTables(IdempotencyStore):
         if after is not None:
             stmt = stmt.where(tuple_(_W.created_at, _W.webhook_id) < tuple_(*after))
         stmt = stmt.order_by(_W.created_at.desc(), _W.webhook_id.desc()).limit(limit)
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         return [webhook_from_row(r) for r in rows]
 
     async def count_webhooks(self, tenant_id: str) -> int:
         stmt = select(func.count()).select_from(webhook_subscriptions)
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             return int((await conn.execute(stmt.where(_W.tenant_id == tenant_id))).scalar_one())
 
     async def update_webhook(
@@ -201,7 +220,7 @@ class WebhookTables(IdempotencyStore):
             .values(**values)
             .returning(webhook_subscriptions)
         )
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             row = (await conn.execute(stmt)).first()
             if row is not None and changes.get("state") == ACTIVE:
                 # Turned on again: what waited gets a fresh round of retries, due now.
@@ -218,7 +237,7 @@ class WebhookTables(IdempotencyStore):
 
     async def delete_webhook(self, tenant_id: str, webhook_id: str) -> bool:
         """Delete the subscription and its delivery log; False if there was none."""
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             await conn.execute(
                 delete(webhook_deliveries).where(
                     _D.tenant_id == tenant_id, _D.webhook_id == webhook_id
@@ -250,7 +269,7 @@ class WebhookTables(IdempotencyStore):
         if status is not None:
             stmt = stmt.where(_D.status == status)
         stmt = stmt.order_by(_D.created_at.desc(), _D.event_id.desc()).limit(limit)
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             rows = (await conn.execute(stmt)).all()
         return [delivery_from_row(r) for r in rows]
 
@@ -260,7 +279,7 @@ class WebhookTables(IdempotencyStore):
         stmt = select(webhook_deliveries).where(
             _D.tenant_id == tenant_id, _D.webhook_id == webhook_id, _D.event_id == event_id
         )
-        async with self.read(tenant_id) as conn:
+        async with self.db.read(tenant_id) as conn:
             row = (await conn.execute(stmt)).first()
         return delivery_from_row(row) if row is not None else None
 
@@ -275,23 +294,14 @@ class WebhookTables(IdempotencyStore):
             .values(status=PENDING, next_attempt_at=utcnow(), retry_started_at=None)
             .returning(webhook_deliveries)
         )
-        async with self.write(tenant_id) as conn:
+        async with self.db.write(tenant_id) as conn:
             row = (await conn.execute(stmt)).first()
         return delivery_from_row(row) if row is not None else None
-
-    async def delete_settled_deliveries(self, tenant_id: str, *, before: datetime) -> int:
-        """Drop delivered and failed deliveries created before `before` from the log
-        (retention); pending ones always stay. Returns how many went."""
-        stmt = delete(webhook_deliveries).where(
-            _D.tenant_id == tenant_id, _D.status != PENDING, _D.created_at < before
-        )
-        async with self.write(tenant_id) as conn:
-            return int((await conn.execute(stmt)).rowcount or 0)
 
     async def load_claimed(self, claim: Claim) -> ClaimedWork | None:
         """The subscription, the delivery and its event, read in the tenant's transaction;
         None when the subscription or the delivery is gone."""
-        async with self.read(claim.tenant_id) as conn:
+        async with self.db.read(claim.tenant_id) as conn:
             hook = (
                 await conn.execute(
                     select(webhook_subscriptions).where(
@@ -346,7 +356,7 @@ class WebhookTables(IdempotencyStore):
         )
         if outcome.disable is not None:
             health.update(state=DISABLED, disabled_reason=outcome.disable)
-        async with self.write(claim.tenant_id) as conn:
+        async with self.db.write(claim.tenant_id) as conn:
             settled = await conn.execute(
                 update(webhook_deliveries)
                 .where(*_claim_key(claim), _D.claimed_by == owner, _D.attempts == claim.attempts)

@@ -68,7 +68,7 @@ from asr_client.models import (
 )
 
 from app.runtime.session.events import EventType
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import ROOT, Server, TenantKey, make_tenant, start_server, stop_server
 from tests.sse.conftest import SSE_ENV
 
@@ -734,9 +734,7 @@ def _check_resumes(
         assert _last_event_id(proxy.heads[after - 1]) == by_conn[before][-1], proxy.heads
 
 
-async def test_session_stream_resumes_across_cuts(
-    replicas: Replicas, store: AgentSessionStore
-) -> None:
+async def test_session_stream_resumes_across_cuts(replicas: Replicas, store: Stores) -> None:
     """Three drops: after the replay was read (to replica b), in the middle of frame 9 (back
     to a), and while following live (to b). The ids are the ledger's 1..N, none twice."""
     tenant = await make_tenant(store)
@@ -775,7 +773,7 @@ async def test_session_stream_resumes_across_cuts(
 
 
 async def test_session_stream_comes_back_after_a_shutdown_frame(
-    replicas: Replicas, store: AgentSessionStore, database_url: str, tmp_path: Path
+    replicas: Replicas, store: Stores, database_url: str, tmp_path: Path
 ) -> None:
     """SIGTERM a third replica mid-stream: it says `event: shutdown` (no id); the client does
     not yield it, and comes back through the proxy (now to replica a) from its last id."""
@@ -814,9 +812,7 @@ async def test_session_stream_comes_back_after_a_shutdown_frame(
     _check_resumes(proxy, by_conn, "0", cuts=1)
 
 
-async def test_tenant_stream_resumes_across_cuts(
-    replicas: Replicas, store: AgentSessionStore
-) -> None:
+async def test_tenant_stream_resumes_across_cuts(replicas: Replicas, store: Stores) -> None:
     tenant = await make_tenant(store)
     async with (
         CuttableProxy(replicas.b) as proxy,
@@ -851,9 +847,7 @@ async def test_tenant_stream_resumes_across_cuts(
     _check_resumes(proxy, by_conn, None)
 
 
-async def test_sync_stream_resumes_after_a_cut(
-    replicas: Replicas, store: AgentSessionStore
-) -> None:
+async def test_sync_stream_resumes_after_a_cut(replicas: Replicas, store: Stores) -> None:
     tenant = await make_tenant(store)
     async with CuttableProxy(replicas.a) as proxy:
 

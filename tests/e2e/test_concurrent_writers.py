@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import Server, TenantKey, make_tenant, start_server, stop_server
 
 SEED = 20261203
@@ -212,7 +212,7 @@ async def _settle(http: httpx.AsyncClient, sids: list[str]) -> None:
 
 
 async def test_concurrent_writers_never_fail_for_contention(
-    replicas: list[Server], store: AgentSessionStore
+    replicas: list[Server], store: Stores
 ) -> None:
     rng = random.Random(SEED)
     tenant: TenantKey = await make_tenant(store)
@@ -249,7 +249,7 @@ async def test_concurrent_writers_never_fail_for_contention(
 
 
 async def test_concurrent_patches_without_if_match_all_land(
-    replicas: list[Server], store: AgentSessionStore
+    replicas: list[Server], store: Stores
 ) -> None:
     """40 PATCHes without If-Match, split over the replicas: 40 x 200, 40 METADATA_UPDATED,
     every key present."""
@@ -278,9 +278,7 @@ async def test_concurrent_patches_without_if_match_all_land(
             await client.aclose()
 
 
-async def test_if_match_mismatch_names_real_versions(
-    replicas: list[Server], store: AgentSessionStore
-) -> None:
+async def test_if_match_mismatch_names_real_versions(replicas: list[Server], store: Stores) -> None:
     """A real precondition still fails (412), and its problem names the versions compared."""
     tenant = await make_tenant(store)
     async with httpx.AsyncClient(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import make_tenant, start_server, stop_server
 
 
@@ -46,7 +46,7 @@ async def _frames(response: httpx.Response) -> list[dict[str, str]]:
 
 
 async def test_sigterm_mid_run_ends_streams_with_a_final_frame_and_loses_nothing(
-    database_url: str, store: AgentSessionStore, tmp_path: Path
+    database_url: str, store: Stores, tmp_path: Path
 ) -> None:
     tenant = await make_tenant(store)
     a = await asyncio.to_thread(start_server, database_url, tmp_path / "a.log")

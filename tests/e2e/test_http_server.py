@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import Server, TenantKey, make_tenant
 
 USER = {"type": "message", "role": "user", "content": "x"}
@@ -126,7 +126,7 @@ VALID_BODIES = {
 
 
 async def test_r16_every_session_route_is_404_for_another_tenant(
-    http: httpx.AsyncClient, server: Server, store: AgentSessionStore
+    http: httpx.AsyncClient, server: Server, store: Stores
 ) -> None:
     sid = await new_session(http)
     await http.post(f"/v1/sessions/{sid}/items", json={"items": [USER]})

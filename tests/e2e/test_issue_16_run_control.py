@@ -36,7 +36,7 @@ from sqlalchemy import update
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from app.store.tables import runs
 from tests.conftest import Server, TenantKey, create_database, start_server, stop_server
 from tests.sse.conftest import read_frames
@@ -62,10 +62,10 @@ def control_url(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.fixture(scope="module")
-async def store(control_url: str) -> AsyncIterator[AgentSessionStore]:
+async def store(control_url: str) -> AsyncIterator[Stores]:
     """The store of the servers' database (the `tenant` fixture makes its tenant here)."""
     engine = make_engine(Settings(database_url=control_url))
-    yield store_for(engine)
+    yield open_stores(engine)
     await engine.dispose()
 
 
@@ -224,7 +224,7 @@ async def test_an_interrupt_from_the_other_replica_ends_the_stream_with_its_clos
 
 
 async def test_lease_loss_ends_the_stream_with_its_closing_events(
-    on: list[httpx.AsyncClient], store: AgentSessionStore, tenant: TenantKey
+    on: list[httpx.AsyncClient], store: Stores, tenant: TenantKey
 ) -> None:
     owner, other = on
     sid = await new_session(owner)
@@ -233,7 +233,7 @@ async def test_lease_loss_ends_the_stream_with_its_closing_events(
     run_id = (await other.get(f"/v1/sessions/{sid}/runs")).json()["data"][0]["run_id"]
     # The lease runs out (as if the owner had stalled): a sweeper, on either replica, takes
     # the run over within its 0.5 s sweep and writes the closing events.
-    async with store.write(tenant.tenant_id) as conn:
+    async with store.database.write(tenant.tenant_id) as conn:
         await conn.execute(
             update(runs)
             .where(runs.c.tenant_id == tenant.tenant_id, runs.c.run_id == run_id)

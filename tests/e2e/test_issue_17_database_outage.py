@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from app.runtime.access.accounts import Accounts
 from app.store.outage import is_database_outage
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import TenantKey, make_tenant, start_server, stop_server
 from tests.tcpproxy import TcpProxy
 
@@ -43,12 +43,12 @@ def assert_unavailable(response: httpx.Response) -> None:
 
 
 async def test_an_outage_is_a_503_with_retry_after_on_a_kept_connection(
-    database_url: str, is_postgres: bool, store: AgentSessionStore, tmp_path: Path
+    database_url: str, is_postgres: bool, store: Stores, tmp_path: Path
 ) -> None:
     if not is_postgres:
         pytest.skip("a database server to lose: the PostgreSQL pass")
     tenant = await make_tenant(store)
-    unused_key, _ = await Accounts(store).create_key(tenant.name, name="not-cached")
+    unused_key, _ = await Accounts(store.accounts).create_key(tenant.name, name="not-cached")
     url = make_url(database_url)
     async with TcpProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import Server, make_tenant, start_server, stop_server
 
 HALF_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"  # the blank line that ends it never comes
@@ -83,7 +83,7 @@ async def test_half_sent_heads_and_silent_connections_are_closed(
 
 
 async def test_keep_alive_and_a_stream_outlive_the_header_timeout(
-    database_url: str, store: AgentSessionStore, tmp_path: Path
+    database_url: str, store: Stores, tmp_path: Path
 ) -> None:
     tenant = (await make_tenant(store)).headers
     async with serving(

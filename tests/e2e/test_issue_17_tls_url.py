@@ -28,7 +28,7 @@ from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
 from app.store.pg_tls import asyncpg_dsn, pool_options, split_tls
-from app.store.store import store_for
+from app.store.stores import open_stores
 from tests.conftest import make_tenant, start_server, stop_server
 from tests.pgcluster import ThrowawayPostgres, throwaway_cluster
 from tests.sse.conftest import new_session, read_frames
@@ -51,7 +51,7 @@ async def test_tls_parameters_work_for_the_pool_and_for_listen(
     url = f"{tls_postgres.url}?{query.format(cert=tls_postgres.cert_path)}"
     await _refuses_plain_connections(tls_postgres.url)
     engine = make_engine(Settings(database_url=url, bootstrap_default_tenant=False))
-    store = store_for(engine)
+    store = open_stores(engine)
     server = start_server(
         url, tmp_path / "server.log", ASR_DEBUG_ENDPOINTS="true", ASR_SSE_POLL_SECONDS="300"
     )
@@ -69,7 +69,7 @@ async def test_tls_parameters_work_for_the_pool_and_for_listen(
                         if frame.id == "1":
                             break
                     # Appended by this process: only NOTIFY can tell the server's stream.
-                    await store.append_events(
+                    await store.ledger.append_events(
                         tenant.tenant_id,
                         sid,
                         events=[NewEvent(EventType.METADATA_UPDATED, {"over": "tls"})],

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests import pgbouncer
 from tests.conftest import make_tenant, start_server, stop_server
 
@@ -45,7 +45,7 @@ def bouncer_url(is_postgres: bool, database_url: str) -> Iterator[str]:
 
 
 async def test_service_works_through_pgbouncer_in_transaction_mode(
-    bouncer_url: str, store: AgentSessionStore, tmp_path: Path
+    bouncer_url: str, store: Stores, tmp_path: Path
 ) -> None:
     tenant = await make_tenant(store)
     server = await asyncio.to_thread(

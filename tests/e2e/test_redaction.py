@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests import fake_anthropic, fake_gemini, fake_openai
 from tests.conftest import Server, TenantKey, free_port, start_server, stop_server
 from tests.loopback import serve
@@ -33,7 +33,7 @@ def leaked(blob: str) -> list[str]:
 
 
 async def test_r20_canaries_are_redacted_everywhere(
-    server: Server, tenant: TenantKey, store: AgentSessionStore
+    server: Server, tenant: TenantKey, store: Stores
 ) -> None:
     async with httpx.AsyncClient(
         base_url=server.base_url, headers=tenant.headers, timeout=60
@@ -61,7 +61,7 @@ async def test_r20_canaries_are_redacted_everywhere(
     assert leaked(transcript) == [] and "[REDACTED]" in transcript
     assert leaked(export) == [] and export.count("[REDACTED]") >= len(CANARIES)
     assert leaked(state) == [] and leaked(runs) == []
-    async with store.read(tenant.tenant_id) as conn:
+    async with store.database.read(tenant.tenant_id) as conn:
         for table in ("session_events", "session_snapshots", "runs"):
             rows = (await conn.execute(text(f"SELECT * FROM {table}"))).all()
             assert leaked(repr(rows)) == [], table
@@ -87,7 +87,7 @@ def credential_leaks(blob: str) -> list[str]:
 
 
 async def test_issue_19_credentials_of_every_profile_leak_nowhere(
-    database_url: str, tmp_path: Path, tenant: TenantKey, store: AgentSessionStore
+    database_url: str, tmp_path: Path, tenant: TenantKey, store: Stores
 ) -> None:
     keys = {name: key for name, (_, key) in PROFILE_CANARIES.items()}
     mcp = HttpServer(port=free_port(), token=MCP_CANARY)
@@ -128,7 +128,7 @@ async def test_issue_19_credentials_of_every_profile_leak_nowhere(
             stop_server(srv)
             mcp.stop()
     assert credential_leaks("\n".join(answers)) == []
-    async with store.read(tenant.tenant_id) as conn:  # every row this test wrote
+    async with store.database.read(tenant.tenant_id) as conn:  # every row this test wrote
         for table in (
             "sessions",
             "session_events",

@@ -23,7 +23,7 @@ import pytest
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import store_for
+from app.store.stores import open_stores
 from tests.conftest import (
     Server,
     TenantKey,
@@ -64,7 +64,7 @@ async def tenant(postgres: str) -> AsyncIterator[TenantKey]:
     """A tenant of the test's own database."""
     engine = make_engine(Settings(database_url=postgres))
     try:
-        yield await make_tenant(store_for(engine))
+        yield await make_tenant(open_stores(engine))
     finally:
         await engine.dispose()
 

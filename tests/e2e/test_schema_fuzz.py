@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import ROOT, Server, make_tenant
 
 CHECKS = "all"
@@ -82,7 +82,7 @@ checks.positive_data_acceptance.expected-statuses = [
 
 @pytest.mark.timeout(600)
 async def test_r22_schemathesis_with_two_tenants(
-    server: Server, store: AgentSessionStore, tmp_path: Path
+    server: Server, store: Stores, tmp_path: Path
 ) -> None:
     st = Path(sys.executable).with_name("st")
     (tmp_path / "schemathesis.toml").write_text(CONFIG)  # `st` reads it from its folder

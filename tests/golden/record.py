@@ -133,7 +133,7 @@ async def _handwritten(app: Any, tenant_id: str) -> str:
     from app.runtime.session.events import NewEvent
 
     sid = "golden-handwritten"
-    await services_of(app).store.create_session(
+    await services_of(app).stores.ledger.create_session(
         tenant_id,
         session=NewSession(
             session_id=sid, metadata={"golden": "handwritten"}, agent={}, binding={}
@@ -150,7 +150,7 @@ async def record(force: bool) -> list[Path]:
         await asyncio.to_thread(upgrade_head, url)
         app = create_app(Settings(database_url=url, bootstrap_default_tenant=False))
         async with app.router.lifespan_context(app):
-            tenant = await make_tenant(services_of(app).store)
+            tenant = await make_tenant(services_of(app).stores)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://golden", headers=tenant.headers, timeout=60

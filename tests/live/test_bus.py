@@ -15,17 +15,17 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
+from app.assembly import runtime_over
 from app.live.bus import InProcessBus
 from app.live.control_wire import decode_control, encode_control
 from app.live.delta_wire import DeltaMessage
 from app.live.listener import make_bus
 from app.runtime.ports import RunSignal, Wakeup
 from app.runtime.session.events import EventType, NewEvent
-from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
 from app.settings import Settings
 from app.store.announce import CHANNEL, MAX_PAYLOAD_BYTES, decode_wakeup, encode_wakeup
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from app.store.tables import session_events
 from tests.conftest import TenantKey
 
@@ -47,7 +47,7 @@ def test_r11_payload_is_tiny_and_never_the_event() -> None:
 class Notifications:
     """What the store announces: real NOTIFYs on PostgreSQL, local listeners on SQLite."""
 
-    def __init__(self, store: AgentSessionStore, tenant_id: str) -> None:
+    def __init__(self, store: Stores, tenant_id: str) -> None:
         self.store = store
         self.tenant_id = tenant_id
         self.payloads: list[str] = []
@@ -55,18 +55,18 @@ class Notifications:
 
     async def __aenter__(self) -> Notifications:
         if self.store.dialect == "postgresql":
-            url = make_url(self.store.engine.url).set(drivername="postgresql")
+            url = make_url(self.store.database.engine.url).set(drivername="postgresql")
             self._conn = await asyncpg.connect(url.render_as_string(hide_password=False))
             await self._conn.add_listener(CHANNEL, self._on_notify)
         else:
-            self.store.announcer.listeners.append(self._on_local)
+            self.store.database.announcer.listeners.append(self._on_local)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._conn is not None:
             await self._conn.close()
         else:
-            self.store.announcer.listeners.remove(self._on_local)
+            self.store.database.announcer.listeners.remove(self._on_local)
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload.startswith(self.tenant_id + ":"):
@@ -92,30 +92,30 @@ def item_event(text: str) -> NewEvent:
     return NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": [item]})
 
 
-async def count_rows(store: AgentSessionStore, tenant_id: str, session_id: str) -> int:
+async def count_rows(store: Stores, tenant_id: str, session_id: str) -> int:
     ev = session_events.c
     stmt = select(func.count()).where(ev.tenant_id == tenant_id, ev.session_id == session_id)
-    async with store.read(tenant_id) as conn:
+    async with store.database.read(tenant_id) as conn:
         return int((await conn.execute(stmt)).scalar_one())
 
 
 async def test_r11_one_notification_per_transaction_and_none_on_rollback(
-    store: AgentSessionStore, tenant: TenantKey
+    store: Stores, tenant: TenantKey
 ) -> None:
-    runtime = SessionRuntime(store)
+    runtime = runtime_over(store)
     t = tenant.tenant_id
     async with Notifications(store, t) as notes:
         created = await runtime.create(t, session_id="r11", metadata={}, agent={}, binding={})
         assert await notes.settle() == [f"{t}:r11:{created.session.last_seq}"]
 
         hundred = [item_event(str(i)) for i in range(100)]
-        result = await store.append_events(t, "r11", events=hundred)
+        result = await store.ledger.append_events(t, "r11", events=hundred)
         assert result.session.last_seq == 101
         assert await notes.settle() == [f"{t}:r11:101"]  # 100 events, one wake-up
 
         # A transaction that fails after inserting its events: rolled back, announces nothing.
         with pytest.raises(ValueError):
-            await store.append_events(
+            await store.ledger.append_events(
                 t,
                 "r11",
                 events=[item_event("doomed")],
@@ -132,13 +132,13 @@ async def test_r11_one_notification_per_transaction_and_none_on_rollback(
 
 @contextlib.asynccontextmanager
 async def running_bus(
-    store: AgentSessionStore, tenant_id: str, *, queue_size: int = 1000
+    store: Stores, tenant_id: str, *, queue_size: int = 1000
 ) -> AsyncIterator[tuple[InProcessBus, str]]:
     """A started bus that polls only when a test asks it to, and a new session to watch."""
-    bus = InProcessBus(store, poll_seconds=30, queue_size=queue_size)
+    bus = InProcessBus(store.ledger, poll_seconds=30, queue_size=queue_size)
     await bus.start()
     try:
-        created = await SessionRuntime(store).create(
+        created = await runtime_over(store).create(
             tenant_id, session_id=None, metadata={}, agent={}, binding={}
         )
         yield bus, created.session.session_id
@@ -146,21 +146,19 @@ async def running_bus(
         await bus.stop()
 
 
-async def test_polling_delivers_when_wakeups_are_lost(
-    store: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_polling_delivers_when_wakeups_are_lost(store: Stores, tenant: TenantKey) -> None:
     """With the bus deaf to commits (as when NOTIFY is lost), the poll still delivers."""
-    bus = InProcessBus(store, poll_seconds=0.2)
+    bus = InProcessBus(store.ledger, poll_seconds=0.2)
     await bus.start()
-    store.announcer.listeners.remove(bus.publish_committed)
+    store.database.announcer.listeners.remove(bus.publish_committed)
     try:
-        runtime = SessionRuntime(store)
+        runtime = runtime_over(store)
         created = await runtime.create(
             tenant.tenant_id, session_id=None, metadata={}, agent={}, binding={}
         )
         sid = created.session.session_id
         with bus.subscribe(tenant.tenant_id, sid, head=1) as sub:
-            await store.append_events(tenant.tenant_id, sid, events=[item_event("a")] * 3)
+            await store.ledger.append_events(tenant.tenant_id, sid, events=[item_event("a")] * 3)
             got: list[int] = []
             async with asyncio.timeout(2):
                 while len(got) < 3:
@@ -172,7 +170,7 @@ async def test_polling_delivers_when_wakeups_are_lost(
 
 
 async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_once_in_order(
-    store: AgentSessionStore, tenant: TenantKey
+    store: Stores, tenant: TenantKey
 ) -> None:
     """A write hands its events to the bus (no read back) when they follow the topic's
     cursor; after a gap (a commit the bus never heard of) it reads the
@@ -188,23 +186,25 @@ async def test_committed_events_are_handed_on_or_read_but_reach_a_subscriber_onc
                     got.extend(i for i in await sub.take() if isinstance(i, Delivery))
 
         with bus.subscribe(t, sid, head=1) as sub:
-            await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
+            await store.ledger.append_events(t, sid, events=[item_event("a"), item_event("b")])
             await take(3)
             handed = bus.counters["handed_on"]
             assert handed == 1
-            store.announcer.listeners.remove(bus.publish_committed)  # deaf: seqs 4 and 5 go unheard
-            await store.append_events(t, sid, events=[item_event("c"), item_event("d")])
-            store.announcer.listeners.append(bus.publish_committed)
-            await store.append_events(t, sid, events=[item_event("e")])  # 6: after a gap
+            store.database.announcer.listeners.remove(
+                bus.publish_committed
+            )  # deaf: seqs 4 and 5 go unheard
+            await store.ledger.append_events(t, sid, events=[item_event("c"), item_event("d")])
+            store.database.announcer.listeners.append(bus.publish_committed)
+            await store.ledger.append_events(t, sid, events=[item_event("e")])  # 6: after a gap
             await take(6)
         assert bus.counters["handed_on"] == handed  # not past the gap: read from 4
         assert [d.event.seq for d in got] == [2, 3, 4, 5, 6]
-        stored = await store.list_events(t, sid, after_seq=1)
+        stored = await store.ledger.list_events(t, sid, after_seq=1)
         assert [d.event.to_json() for d in got] == [e.to_json() for e in stored]
 
 
 async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
-    store: AgentSessionStore,
+    store: Stores,
     tenant: TenantKey,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -213,7 +213,7 @@ async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
     t = tenant.tenant_id
     async with running_bus(store, t) as (bus, sid):
         gate, reading = asyncio.Event(), asyncio.Event()
-        real_read = store.list_events
+        real_read = store.ledger.list_events
 
         async def read_late(*args: object, **kwargs: object) -> object:
             reading.set()
@@ -222,10 +222,10 @@ async def test_a_read_that_overlaps_a_hand_on_passes_on_only_what_is_new(
 
         got: list[Delivery] = []
         with bus.subscribe(t, sid, head=1) as sub:
-            monkeypatch.setattr(store, "list_events", read_late)
+            monkeypatch.setattr(store.ledger, "list_events", read_late)
             bus.catch_up()  # a drain begins: it asks for the rows after the cursor (1)
             await asyncio.wait_for(reading.wait(), 5)
-            await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
+            await store.ledger.append_events(t, sid, events=[item_event("a"), item_event("b")])
             # The writer's events (2, 3) were handed on meanwhile.
             assert bus.counters["handed_on"] == 1
             gate.set()  # the drain's read now returns 2 and 3 as well
@@ -249,7 +249,7 @@ def _arrivals(items: list[object]) -> list[object]:
 
 
 async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
-    store: AgentSessionStore, tenant: TenantKey
+    store: Stores, tenant: TenantKey
 ) -> None:
     """Another replica's text that follows events this bus has not passed on yet (their
     wake-up is late) waits for them: the bus reads them at once, and the subscriber gets
@@ -258,9 +258,9 @@ async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
     async with running_bus(store, t) as (bus, sid):
         with bus.subscribe(t, sid, head=1, deltas=True) as sub:
             # seqs 2 and 3: their wake-up is late
-            store.announcer.listeners.remove(bus.publish_committed)
-            await store.append_events(t, sid, events=[item_event("a"), item_event("b")])
-            store.announcer.listeners.append(bus.publish_committed)
+            store.database.announcer.listeners.remove(bus.publish_committed)
+            await store.ledger.append_events(t, sid, events=[item_event("a"), item_event("b")])
+            store.database.announcer.listeners.append(bus.publish_committed)
             bus.deltas.receive(_delta(t, sid, 0, "Hello", after=3))
             bus.deltas.receive(_delta(t, sid, 5, ",", after=None))  # behind the held one
             got: list[object] = []
@@ -274,7 +274,7 @@ async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
 
 
 async def test_held_text_is_released_by_a_read_that_fails(
-    store: AgentSessionStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+    store: Stores, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Text is never held past a read of the table begun after it came, even one that
     failed: late rather than never."""
@@ -285,7 +285,7 @@ async def test_held_text_is_released_by_a_read_that_fails(
             async def broken(*_args: object, **_kwargs: object) -> object:
                 raise OSError("the database went away")
 
-            monkeypatch.setattr(store, "list_events", broken)
+            monkeypatch.setattr(store.ledger, "list_events", broken)
             bus.deltas.receive(_delta(t, sid, 0, "Hello", after=2))
             got: list[object] = []
             async with asyncio.timeout(5):
@@ -295,20 +295,20 @@ async def test_held_text_is_released_by_a_read_that_fails(
 
 
 async def test_no_more_text_is_held_than_an_inbox_holds(
-    store: AgentSessionStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+    store: Stores, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the read that would release it hangs, held text stays bounded: past an inbox's
     size it all goes on, and a subscriber that cannot take it overflows as it would."""
     gate = asyncio.Event()
     t = tenant.tenant_id
     async with running_bus(store, t, queue_size=8) as (bus, sid):
-        real_read = store.list_events
+        real_read = store.ledger.list_events
 
         async def hanging(*args: object, **kwargs: object) -> object:
             await gate.wait()
             return await real_read(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(store, "list_events", hanging)
+        monkeypatch.setattr(store.ledger, "list_events", hanging)
         with bus.subscribe(t, sid, head=1, deltas=True) as sub:
             topic = bus._topics[(t, sid)]
             for i in range(8):
@@ -337,8 +337,8 @@ async def test_subscription_inbox_is_bounded() -> None:
 
 
 @pytest.fixture
-async def started_bus(store: AgentSessionStore) -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus(store, poll_seconds=30)
+async def started_bus(store: Stores) -> AsyncIterator[InProcessBus]:
+    bus = InProcessBus(store.ledger, poll_seconds=30)
     await bus.start()
     yield bus
     await bus.stop()
@@ -368,13 +368,11 @@ def test_control_payloads_round_trip_and_never_exceed_the_budget() -> None:
     assert decode_control("interrupt:") is None and decode_control("nothing") is None
 
 
-async def test_run_control_reaches_every_replica_bus(
-    store: AgentSessionStore, settings: Settings
-) -> None:
+async def test_run_control_reaches_every_replica_bus(store: Stores, settings: Settings) -> None:
     """Two buses on one database stand for two replicas: a control message sent on one is
     delivered there at once and, on PostgreSQL, to the other through NOTIFY; on SQLite it
     stays in its process (the lease renewal is the fallback there)."""
-    buses = [make_bus(settings, store), make_bus(settings, store)]
+    buses = [make_bus(settings, store.ledger), make_bus(settings, store.ledger)]
     got: list[list[RunSignal]] = [[], []]
     for bus, seen in zip(buses, got, strict=True):
         bus.on_control(seen.append)

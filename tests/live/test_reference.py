@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 
 from app.api.streams.frames import event_frame
+from app.assembly import runtime_over
 from app.live.bus import EventBus
 from app.live.listener import make_bus
 from app.live.reference import follow_table
 from app.live.timeline import Batch, StreamEnd, replay_then_live
 from app.runtime.session.events import Event, EventType, NewEvent
-from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Delivery
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from tests.conftest import TenantKey
 
 _BATCH = 7  # smaller than some appends: replays and reads take several rounds
@@ -37,11 +37,11 @@ Frame = tuple[int, str, dict[str, Any]]
 
 
 @pytest.fixture
-async def other_replica(settings: Settings) -> AsyncIterator[AgentSessionStore]:
+async def other_replica(settings: Settings) -> AsyncIterator[Stores]:
     """A store on an engine of its own: its commits reach the bus only as another
     replica's would (NOTIFY on PostgreSQL, polling on SQLite), never handed on."""
     engine = make_engine(settings)
-    yield store_for(engine)
+    yield open_stores(engine)
     await engine.dispose()
 
 
@@ -91,32 +91,32 @@ async def frames(items: AsyncGenerator[Batch | StreamEnd, None], *, until: int) 
 
 @pytest.mark.parametrize("writer", ["this_process", "another_replica"])
 async def test_the_fast_path_and_the_reference_path_deliver_the_same_frames(
-    store: AgentSessionStore,
-    other_replica: AgentSessionStore,
+    store: Stores,
+    other_replica: Stores,
     settings: Settings,
     tenant: TenantKey,
     writer: str,
 ) -> None:
     t = tenant.tenant_id
     source = store if writer == "this_process" else other_replica
-    bus: EventBus = make_bus(settings.model_copy(update={"sse_poll_seconds": 0.2}), store)
+    bus: EventBus = make_bus(settings.model_copy(update={"sse_poll_seconds": 0.2}), store.ledger)
     await bus.start()
-    created = await SessionRuntime(store).create(
+    created = await runtime_over(store).create(
         t, session_id=None, metadata={}, agent={}, binding={}
     )
     sid = created.session.session_id
     rng = random.Random(f"reference-{writer}")
     for append in history(rng)[:4]:  # some history before anyone follows
-        await source.append_events(t, sid, events=append)
+        await source.ledger.append_events(t, sid, events=append)
     appends = history(rng)
-    head = (await store.get_session(t, sid)).last_seq  # type: ignore[union-attr]
+    head = (await store.ledger.get_session(t, sid)).last_seq  # type: ignore[union-attr]
     final = head + sum(len(a) for a in appends)
 
     async def read_after(seq: int) -> list[Event]:
-        return await store.list_events(t, sid, after_seq=seq, limit=_BATCH)
+        return await store.ledger.list_events(t, sid, after_seq=seq, limit=_BATCH)
 
     async def fast(after: int) -> list[Frame]:
-        now = (await store.get_session(t, sid)).last_seq  # type: ignore[union-attr]
+        now = (await store.ledger.get_session(t, sid)).last_seq  # type: ignore[union-attr]
         items = replay_then_live(
             lambda: bus.subscribe(t, sid, head=now),
             read_after,
@@ -137,7 +137,7 @@ async def test_the_fast_path_and_the_reference_path_deliver_the_same_frames(
     async def write() -> None:
         done = 0
         for append in appends:
-            await source.append_events(t, sid, events=append)
+            await source.ledger.append_events(t, sid, events=append)
             done += len(append)
             for n, reached in written.items():
                 if done >= n:
@@ -162,7 +162,7 @@ async def test_the_fast_path_and_the_reference_path_deliver_the_same_frames(
     finally:
         await bus.stop()
 
-    table = await store.list_events(t, sid, after_seq=0, limit=final + 1)
+    table = await store.ledger.list_events(t, sid, after_seq=0, limit=final + 1)
     assert [e.seq for e in table] == list(range(1, final + 1))
     for i, cursor in enumerate(cursors):
         fast_frames, reference_frames = results[i], results[i + len(cursors)]

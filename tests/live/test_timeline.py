@@ -15,25 +15,25 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
+from app.assembly import runtime_over
 from app.live.bus import EventBus, InProcessBus
 from app.live.timeline import Batch, StreamEnd, replay_then_live
 from app.runtime.session.events import Event, EventType, NewEvent
-from app.runtime.session.service import SessionRuntime
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import TenantKey
 
 
 @pytest.fixture
-async def bus(store: AgentSessionStore) -> AsyncIterator[EventBus]:
-    bus = InProcessBus(store, queue_size=1000, poll_seconds=30, read_batch=50)
+async def bus(store: Stores) -> AsyncIterator[EventBus]:
+    bus = InProcessBus(store.ledger, queue_size=1000, poll_seconds=30, read_batch=50)
     await bus.start()
     yield bus
     await bus.stop()
 
 
-async def new_session(store: AgentSessionStore, tenant: TenantKey) -> str:
-    runtime = SessionRuntime(store)
+async def new_session(store: Stores, tenant: TenantKey) -> str:
+    runtime = runtime_over(store)
     loaded = await runtime.create(
         tenant.tenant_id, session_id=None, metadata={}, agent={}, binding={}
     )
@@ -45,14 +45,14 @@ def item_event(text: str) -> NewEvent:
     return NewEvent(EventType.MEMORY_ITEMS_APPENDED, {"items": [item]})
 
 
-async def append(store: AgentSessionStore, tenant: TenantKey, sid: str, n: int = 1) -> int:
+async def append(store: Stores, tenant: TenantKey, sid: str, n: int = 1) -> int:
     events = [item_event(f"e{i}") for i in range(n)]
-    result = await store.append_events(tenant.tenant_id, sid, events=events)
+    result = await store.ledger.append_events(tenant.tenant_id, sid, events=events)
     return result.session.last_seq
 
 
 def merge(
-    store: AgentSessionStore,
+    store: Stores,
     bus: EventBus,
     tenant: TenantKey,
     sid: str,
@@ -66,7 +66,7 @@ def merge(
 ):
     async def read_after(seq: int) -> list[Event]:
         wanted = sorted(types) if types else None
-        return await store.list_events(
+        return await store.ledger.list_events(
             tenant.tenant_id, sid, after_seq=seq, types=wanted, limit=batch
         )
 
@@ -97,7 +97,7 @@ async def one_by_one(
         await batches.aclose()
 
 
-async def writer(store: AgentSessionStore, tenant: TenantKey, sid: str, stop: asyncio.Event):
+async def writer(store: Stores, tenant: TenantKey, sid: str, stop: asyncio.Event):
     for i in range(20_000):  # bounded; stopped by the test long before
         if stop.is_set():
             return
@@ -106,7 +106,7 @@ async def writer(store: AgentSessionStore, tenant: TenantKey, sid: str, stop: as
 
 
 async def test_r9_handoff_with_injected_delay_is_exact(
-    store: AgentSessionStore, bus: EventBus, tenant: TenantKey
+    store: Stores, bus: EventBus, tenant: TenantKey
 ) -> None:
     sid = await new_session(store, tenant)
     await append(store, tenant, sid, 20)
@@ -115,7 +115,7 @@ async def test_r9_handoff_with_injected_delay_is_exact(
     rng = random.Random(9)
 
     async def connect() -> tuple[int, int, list[int]]:
-        head = (await store.get_session(tenant.tenant_id, sid)).last_seq  # type: ignore[union-attr]
+        head = (await store.ledger.get_session(tenant.tenant_id, sid)).last_seq  # type: ignore[union-attr]
         after = rng.randint(max(0, head - 40), head)
         target = head + rng.randint(3, 15)  # must cross the replay/live switch
         got: list[int] = []
@@ -142,7 +142,7 @@ async def test_r9_handoff_with_injected_delay_is_exact(
 
 
 async def test_r9_control_replay_before_subscribe_loses_events(
-    store: AgentSessionStore, bus: EventBus, tenant: TenantKey
+    store: Stores, bus: EventBus, tenant: TenantKey
 ) -> None:
     """The classic bug, with the same fault delay: read history, pause, then follow events
     from "now". What commits during the pause is never delivered."""
@@ -151,9 +151,9 @@ async def test_r9_control_replay_before_subscribe_loses_events(
     producing = asyncio.create_task(writer(store, tenant, sid, stop))
     try:
         await asyncio.sleep(0.05)
-        history = await store.list_events(tenant.tenant_id, sid)
+        history = await store.ledger.list_events(tenant.tenant_id, sid)
         await asyncio.sleep(0.2)  # the fault point
-        now = (await store.get_session(tenant.tenant_id, sid)).last_seq  # type: ignore[union-attr]
+        now = (await store.ledger.get_session(tenant.tenant_id, sid)).last_seq  # type: ignore[union-attr]
         with bus.subscribe(tenant.tenant_id, sid, head=now) as sub:
             async with asyncio.timeout(5):
                 items = await sub.take()
@@ -166,9 +166,7 @@ async def test_r9_control_replay_before_subscribe_loses_events(
     assert first_live > history[-1].seq + 1, "the pause should have opened a gap"
 
 
-async def test_types_filter_and_deltas(
-    store: AgentSessionStore, bus: EventBus, tenant: TenantKey
-) -> None:
+async def test_types_filter_and_deltas(store: Stores, bus: EventBus, tenant: TenantKey) -> None:
     sid = await new_session(store, tenant)
     await append(store, tenant, sid, 3)  # seqs 2..4
     items = merge(
@@ -186,7 +184,7 @@ async def test_types_filter_and_deltas(
         for _ in range(3):
             got.append(await anext(items))
         bus.publish_ephemeral(tenant.tenant_id, sid, {"type": "delta", "text": "hi"})
-        await store.append_events(
+        await store.ledger.append_events(
             tenant.tenant_id, sid, events=[NewEvent(EventType.METADATA_UPDATED, {"patch": {}})]
         )
         await append(store, tenant, sid)  # seq 6 matches, 5 does not
@@ -200,12 +198,12 @@ async def test_types_filter_and_deltas(
 
 
 async def test_overflow_while_replaying_is_absorbed_then_cuts_off_live(
-    store: AgentSessionStore, tenant: TenantKey
+    store: Stores, tenant: TenantKey
 ) -> None:
     """A tiny inbox overflows while the consumer is still reading history: the merge
     re-reads the table and loses nothing. Once live, a consumer that stops reading gets a
     final StreamEnd("overflow") naming where to resume."""
-    bus = InProcessBus(store, queue_size=4, poll_seconds=30, read_batch=5)
+    bus = InProcessBus(store.ledger, queue_size=4, poll_seconds=30, read_batch=5)
     await bus.start()
     try:
         sid = await new_session(store, tenant)
@@ -242,7 +240,7 @@ async def test_overflow_while_replaying_is_absorbed_then_cuts_off_live(
 
 
 async def test_closing_ends_the_stream_with_its_resume_point(
-    store: AgentSessionStore, bus: EventBus, tenant: TenantKey
+    store: Stores, bus: EventBus, tenant: TenantKey
 ) -> None:
     sid = await new_session(store, tenant)
     watched: list[Subscription] = []
@@ -254,7 +252,7 @@ async def test_closing_ends_the_stream_with_its_resume_point(
             yield sub
 
     async def read_after(seq: int) -> list[Event]:
-        return await store.list_events(tenant.tenant_id, sid, after_seq=seq, limit=10)
+        return await store.ledger.list_events(tenant.tenant_id, sid, after_seq=seq, limit=10)
 
     items = one_by_one(replay_then_live(subscribe, read_after, after_seq=0, types=None, batch=10))
     async with asyncio.timeout(5):
@@ -270,19 +268,19 @@ async def test_closing_ends_the_stream_with_its_resume_point(
 
 
 async def test_known_events_replace_the_replay_read(
-    store: AgentSessionStore, bus: EventBus, tenant: TenantKey
+    store: Stores, bus: EventBus, tenant: TenantKey
 ) -> None:
     """A run's stream opened with its start has the start's committed events in hand: they
     are sent as they are, nothing is read from the table, and live events follow."""
     sid = await new_session(store, tenant)
-    start = await store.append_events(
+    start = await store.ledger.append_events(
         tenant.tenant_id, sid, events=[item_event("a"), item_event("b")]
     )  # seqs 2..3
     reads: list[int] = []
 
     async def read_after(seq: int) -> list[Event]:
         reads.append(seq)
-        return await store.list_events(tenant.tenant_id, sid, after_seq=seq)
+        return await store.ledger.list_events(tenant.tenant_id, sid, after_seq=seq)
 
     items = one_by_one(
         replay_then_live(

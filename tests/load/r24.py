@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 from app.runtime.access.accounts import Accounts
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import store_for
+from app.store.stores import open_stores
 from tests.conftest import Server, start_server, stop_server
 
 POOL_SIZE, MAX_OVERFLOW = 5, 5
@@ -248,7 +248,7 @@ async def sample(
 async def make_key(database_url: str) -> str:
     engine = make_engine(Settings(database_url=database_url))
     try:
-        accounts = Accounts(store_for(engine))
+        accounts = Accounts(open_stores(engine).accounts)
         name = f"r24-{os.getpid()}-{random.randrange(10**6)}"
         await accounts.create_tenant(name)
         raw, _ = await accounts.create_key(name)

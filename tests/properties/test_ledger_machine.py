@@ -30,6 +30,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from app.assembly import runtime_over
 from app.runtime.access.accounts import Accounts
 from app.runtime.errors import SeqConflict
 from app.runtime.memory.compact import compact_session
@@ -38,12 +39,11 @@ from app.runtime.models.scripted import ScriptedModel
 from app.runtime.runs.manager import RunManager
 from app.runtime.runs.plan import RunRequest
 from app.runtime.session.projector import evict_to_window, fold
-from app.runtime.session.service import SessionRuntime
 from app.runtime.session.state import SessionState
 from app.runtime.tools.registry import ToolRegistry
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import store_for
+from app.store.stores import open_stores
 
 EXAMPLES = int(os.environ.get("ASR_R1_EXAMPLES", "60"))
 STEPS = int(os.environ.get("ASR_R1_STEPS", "30"))
@@ -64,8 +64,8 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             super().__init__()
             self.loop = asyncio.new_event_loop()
             self.engine = make_engine(Settings(database_url=database_url))
-            self.store = store_for(self.engine)
-            self.runtime = SessionRuntime(self.store)
+            self.store = open_stores(self.engine)
+            self.runtime = runtime_over(self.store)
             self.runs = RunManager(
                 self.runtime, models={"scripted": ScriptedModel()}, tools=ToolRegistry()
             )
@@ -84,7 +84,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         @initialize()
         def make_tenant(self) -> None:
             name = f"r1-{uuid.uuid4().hex}"
-            self.tenant = self.run_sync(Accounts(self.store).create_tenant(name)).tenant_id
+            self.tenant = self.run_sync(Accounts(self.store.accounts).create_tenant(name)).tenant_id
 
         @rule(target=sessions)
         def create(self) -> str:
@@ -138,7 +138,9 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             )
             assert loaded.state.memory_json() == expected.memory_json()
             # Independent check of "fork at k equals the parent's fold at k": fold from seq 1.
-            parent_events = self.run_sync(self.store.list_events(self.tenant, sid, until_seq=at))
+            parent_events = self.run_sync(
+                self.store.ledger.list_events(self.tenant, sid, until_seq=at)
+            )
             assert fold(None, parent_events).items == loaded.state.items
             self.model[child] = list(loaded.state.items)
             self.windows[child] = expected.max_items
@@ -205,13 +207,13 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         @invariant()
         def ledger_is_consistent(self) -> None:
             for sid, items in self.model.items():
-                events = self.run_sync(self.store.list_events(self.tenant, sid))
+                events = self.run_sync(self.store.ledger.list_events(self.tenant, sid))
                 assert [e.seq for e in events] == list(range(1, len(events) + 1))
                 full = fold(None, events)
                 live = self.run_sync(self.runtime.load(self.tenant, sid)).state
                 assert full.memory_json() == live.memory_json()
                 assert full.items == items
-                for snap in self.run_sync(self.store.list_snapshots(self.tenant, sid)):
+                for snap in self.run_sync(self.store.ledger.list_snapshots(self.tenant, sid)):
                     upto = fold(None, [e for e in events if e.seq <= snap.seq])
                     assert SessionState.from_json(snap.state) == upto
 

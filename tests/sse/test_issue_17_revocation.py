@@ -25,7 +25,7 @@ from sqlalchemy import text
 
 from app.runtime.access.accounts import Accounts
 from app.runtime.access.keys import parse_key
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import Server, TenantKey, make_tenant
 from tests.sse.conftest import (
     Frame,
@@ -123,10 +123,10 @@ def assert_unauthorized_end(last: Frame) -> None:
 
 async def test_revoking_a_key_ends_its_streams_on_every_replica(
     replicas: dict[str, Server],
-    store: AgentSessionStore,
+    store: Stores,
     tenant: TenantKey,
 ) -> None:
-    accounts = Accounts(store)
+    accounts = Accounts(store.accounts)
     doomed, _ = await accounts.create_key(tenant.name, name="to-revoke")
     parsed = parse_key(doomed)
     assert parsed is not None
@@ -196,7 +196,7 @@ async def test_revoking_a_key_ends_its_streams_on_every_replica(
 
 
 async def test_a_deleted_tenants_token_is_refused_at_once_and_its_streams_end(
-    replicas: dict[str, Server], store: AgentSessionStore
+    replicas: dict[str, Server], store: Stores
 ) -> None:
     gone = await make_tenant(store)
     a = replicas["a"].base_url
@@ -213,7 +213,7 @@ async def test_a_deleted_tenants_token_is_refused_at_once_and_its_streams_end(
             await by_key.opened.wait()
             await by_token.opened.wait()
 
-        async with store.write(gone.tenant_id) as conn:  # its keys and sessions go with it
+        async with store.database.write(gone.tenant_id) as conn:  # its keys and sessions go with it
             await conn.execute(
                 text("DELETE FROM tenants WHERE tenant_id = :t"), {"t": gone.tenant_id}
             )

@@ -22,7 +22,7 @@ from sqlalchemy import text
 
 from app.runtime.session.events import EventType, NewEvent
 from app.store.base import NO_TENANT
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import Server, TenantKey
 from tests.sse.conftest import (
     Frame,
@@ -112,12 +112,12 @@ class Tail:
             self.task.cancel()
 
 
-async def terminate_listener(store: AgentSessionStore, server: Server) -> int:
+async def terminate_listener(store: Stores, server: Server) -> int:
     query = text(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE query LIKE 'LISTEN%' AND application_name = :name"
     )
-    async with store.read(NO_TENANT) as conn:
+    async with store.database.read(NO_TENANT) as conn:
         rows = (await conn.execute(query, {"name": f"asr-listen:{server.process.pid}"})).all()
     return len(rows)
 
@@ -125,7 +125,7 @@ async def terminate_listener(store: AgentSessionStore, server: Server) -> int:
 async def test_r10_cross_replica_tail_survives_a_killed_listen_connection(
     servers: dict[str, Server],
     clients: dict[str, httpx.AsyncClient],
-    store: AgentSessionStore,
+    store: Stores,
     tenant: TenantKey,
 ) -> None:
     a, b = clients["a"], clients["b"]
@@ -156,7 +156,7 @@ async def test_r10_cross_replica_tail_survives_a_killed_listen_connection(
 
         await wait_until(listener_down, within=2, every=0.005)
         # Committed while B is not listening: no NOTIFY will ever tell B about these.
-        result = await store.append_events(
+        result = await store.ledger.append_events(
             tenant.tenant_id,
             sid,
             events=[NewEvent(EventType.METADATA_UPDATED, {"during_outage": i}) for i in range(5)],

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.runtime.session.events import EventType, NewEvent
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import Server, TenantKey, make_tenant
 from tests.sse.conftest import Frame, append_item, new_session, read_frames, session_seqs
 
@@ -131,7 +131,7 @@ async def test_r8_reconnect_mid_run_receives_every_event_once_in_order(
 
 
 async def test_r8_bad_cursors_and_foreign_sessions(
-    http: httpx.AsyncClient, sse_server: Server, store: AgentSessionStore
+    http: httpx.AsyncClient, sse_server: Server, store: Stores
 ) -> None:
     sid = await new_session(http)
     path = f"/v1/sessions/{sid}/events/stream"
@@ -158,21 +158,21 @@ async def test_r8_bad_cursors_and_foreign_sessions(
 
 
 async def test_r11_a_1mib_event_streams_and_a_rolled_back_append_reaches_no_one(
-    http: httpx.AsyncClient, store: AgentSessionStore, tenant: TenantKey
+    http: httpx.AsyncClient, store: Stores, tenant: TenantKey
 ) -> None:
     sid = await new_session(http)
     big = "x" * (1 << 20)
     async with stream(http, f"/v1/sessions/{sid}/events/stream") as (_, frames):
         assert await read_ids(frames, count=1) == [1]
         with pytest.raises(ValueError):  # inserts its event, then fails: rolled back
-            await store.append_events(
+            await store.ledger.append_events(
                 tenant.tenant_id,
                 sid,
                 events=[NewEvent(EventType.METADATA_UPDATED, {"doomed": True})],
                 expected_seq=1,
                 snapshot=("save", {"seq": 0}),
             )
-        await store.append_events(
+        await store.ledger.append_events(
             tenant.tenant_id, sid, events=[NewEvent(EventType.METADATA_UPDATED, {"big": big})]
         )
         async with asyncio.timeout(10):

@@ -19,7 +19,7 @@ from sqlalchemy import func, select, text
 
 from app.runtime.ports import TenantCursor
 from app.store.base import NO_TENANT, utcnow
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from app.store.tables import session_events, session_snapshots
 from tests.conftest import TenantKey
 from tests.sse.conftest import new_session, read_frames, user_item, wait_until
@@ -45,14 +45,14 @@ class Blocker:
     """PostgreSQL: an open transaction holding an uncommitted snapshot row at `seq`, so a
     `save` that targets the same seq inserts its event and then waits on it."""
 
-    def __init__(self, store: AgentSessionStore, tenant_id: str, session_id: str, seq: int):
+    def __init__(self, store: Stores, tenant_id: str, session_id: str, seq: int):
         self.store, self.key, self.seq = store, (tenant_id, session_id), seq
         self.release = asyncio.Event()
         self.holding = asyncio.Event()
 
     async def hold(self) -> None:
         try:
-            async with self.store.write(self.key[0]) as conn:
+            async with self.store.database.write(self.key[0]) as conn:
                 await conn.execute(
                     session_snapshots.insert().values(
                         tenant_id=self.key[0],
@@ -75,25 +75,25 @@ class _Rollback(Exception):
     pass
 
 
-async def lock_waiters(store: AgentSessionStore) -> int:
+async def lock_waiters(store: Stores) -> int:
     query = text(
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
-    async with store.read(NO_TENANT) as conn:
+    async with store.database.read(NO_TENANT) as conn:
         return int((await conn.execute(query)).scalar_one())
 
 
-async def visible_max_position(store: AgentSessionStore, tenant_id: str) -> int:
+async def visible_max_position(store: Stores, tenant_id: str) -> int:
     stmt = select(func.max(session_events.c.position)).where(
         session_events.c.tenant_id == tenant_id
     )
-    async with store.read(tenant_id) as conn:
+    async with store.database.read(tenant_id) as conn:
         return int((await conn.execute(stmt)).scalar_one() or 0)
 
 
 async def test_tenant_stream_8_concurrent_writers_exactly_once(
-    http: httpx.AsyncClient, store: AgentSessionStore, tenant: TenantKey, is_postgres: bool
+    http: httpx.AsyncClient, store: Stores, tenant: TenantKey, is_postgres: bool
 ) -> None:
     sids = [await new_session(http) for _ in range(4)]
     late_sid, writer_sids = sids[0], sids[1:]
@@ -177,7 +177,7 @@ async def test_tenant_stream_8_concurrent_writers_exactly_once(
 
 
 async def test_tenant_stream_is_tenant_scoped(
-    http: httpx.AsyncClient, store: AgentSessionStore, tenant: TenantKey
+    http: httpx.AsyncClient, store: Stores, tenant: TenantKey
 ) -> None:
     from tests.conftest import make_tenant
 

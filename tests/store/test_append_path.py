@@ -17,7 +17,7 @@ from app.runtime.ports import NewSession, Wakeup
 from app.runtime.session.events import EventType, NewEvent
 from app.settings import Settings
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from tests.conftest import TenantKey
 
 
@@ -43,33 +43,31 @@ class Recorder:
 
 
 @pytest.fixture
-async def own_store(settings: Settings) -> AsyncIterator[AgentSessionStore]:
+async def own_store(settings: Settings) -> AsyncIterator[Stores]:
     """A store of its own (one pooled connection), with a recording observer."""
     engine = make_engine(settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0}))
-    store = store_for(engine, observer=Recorder(), max_event_bytes=4096)
+    store = open_stores(engine, observer=Recorder(), max_event_bytes=4096)
     yield store
     await engine.dispose()
 
 
-def _recorder(store: AgentSessionStore) -> Recorder:
-    assert isinstance(store.observer, Recorder)
-    return store.observer
+def _recorder(store: Stores) -> Recorder:
+    assert isinstance(store.database.observer, Recorder)
+    return store.database.observer
 
 
-async def test_an_append_returns_what_was_committed(
-    own_store: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_an_append_returns_what_was_committed(own_store: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
-    created = await own_store.create_session(t, session=new("s"), events=[step(0)])
+    created = await own_store.ledger.create_session(t, session=new("s"), events=[step(0)])
     woken: list[Wakeup] = []
-    own_store.announcer.listeners.append(woken.append)
+    own_store.database.announcer.listeners.append(woken.append)
     secret = step(2, token="sk-" + "a" * 20)
-    result = await own_store.append_events(t, "s", events=[step(1), secret])
+    result = await own_store.ledger.append_events(t, "s", events=[step(1), secret])
 
     assert [e.seq for e in result.events] == [2, 3]
     assert result.session.last_seq == 3 and result.session.version == created.session.version + 1
-    assert result.session == await own_store.get_session(t, "s")
-    stored = await own_store.list_events(t, "s", after_seq=1)
+    assert result.session == await own_store.ledger.get_session(t, "s")
+    stored = await own_store.ledger.list_events(t, "s", after_seq=1)
     assert stored == result.events  # ids, positions, payloads, created_at: all as committed
     assert stored[0].position < stored[1].position
     assert stored[1].payload["token"] == "[REDACTED]"  # the redaction funnel still applies
@@ -81,48 +79,46 @@ async def test_an_append_returns_what_was_committed(
 
 
 async def test_refused_appends_write_nothing_and_wake_nobody(
-    own_store: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey
+    own_store: Stores, tenant: TenantKey, other_tenant: TenantKey
 ) -> None:
     t = tenant.tenant_id
-    await own_store.create_session(t, session=new("s"), events=[step(0), step(1)])
-    before = await own_store.get_session(t, "s")
+    await own_store.ledger.create_session(t, session=new("s"), events=[step(0), step(1)])
+    before = await own_store.ledger.get_session(t, "s")
     assert before is not None
     woken: list[Wakeup] = []
-    own_store.announcer.listeners.append(woken.append)
+    own_store.database.announcer.listeners.append(woken.append)
     reported = len(_recorder(own_store).appended)
 
     with pytest.raises(SeqConflict) as seq:
-        await own_store.append_events(t, "s", events=[step(2)], expected_seq=1)
+        await own_store.ledger.append_events(t, "s", events=[step(2)], expected_seq=1)
     assert seq.value.extra == {"expected_seq": 1, "current_seq": 2}
     with pytest.raises(VersionConflict) as version:
-        await own_store.append_events(t, "s", events=[step(2)], expected_version=7)
+        await own_store.ledger.append_events(t, "s", events=[step(2)], expected_version=7)
     assert version.value.extra == {"expected_version": 7, "current_version": before.version}
     with pytest.raises(SessionNotFound):
-        await own_store.append_events(t, "missing", events=[step(0)])
+        await own_store.ledger.append_events(t, "missing", events=[step(0)])
     # Another tenant's session does not exist for this one.
     with pytest.raises(SessionNotFound):
-        await own_store.append_events(other_tenant.tenant_id, "s", events=[step(0)])
+        await own_store.ledger.append_events(other_tenant.tenant_id, "s", events=[step(0)])
     with pytest.raises(PayloadTooLarge):
-        await own_store.append_events(t, "s", events=[step(2, big="x" * 5000)])
+        await own_store.ledger.append_events(t, "s", events=[step(2, big="x" * 5000)])
 
-    assert await own_store.get_session(t, "s") == before
-    assert len(await own_store.list_events(t, "s")) == 2
+    assert await own_store.ledger.get_session(t, "s") == before
+    assert len(await own_store.ledger.list_events(t, "s")) == 2
     assert woken == [] and len(_recorder(own_store).appended) == reported
 
-    matched = await own_store.append_events(
+    matched = await own_store.ledger.append_events(
         t, "s", events=[step(2)], expected_seq=2, expected_version=before.version
     )
     assert matched.session.last_seq == 3
 
 
-async def test_an_empty_append_bumps_the_version_only(
-    own_store: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_an_empty_append_bumps_the_version_only(own_store: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
-    created = await own_store.create_session(t, session=new("s"), events=[step(0)])
+    created = await own_store.ledger.create_session(t, session=new("s"), events=[step(0)])
     woken: list[Wakeup] = []
-    own_store.announcer.listeners.append(woken.append)
-    result = await own_store.append_events(t, "s", events=[])
+    own_store.database.announcer.listeners.append(woken.append)
+    result = await own_store.ledger.append_events(t, "s", events=[])
     assert result.events == []
     assert result.session.last_seq == 1
     assert result.session.version == created.session.version + 1

@@ -17,9 +17,8 @@ import pytest
 from app.runtime.errors import IdempotentReplay, SeqConflict, SessionNotFound
 from app.runtime.ports import IdempotencyToken, NewSession, Wakeup
 from app.runtime.session.events import EventType, NewEvent
-from app.store.sqlite.store import SqliteStore
 from app.store.sqlite.writer import SqliteWriter, _reap, _retire
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import TenantKey
 
 
@@ -28,18 +27,18 @@ def step(i: int) -> NewEvent:
 
 
 @pytest.fixture
-def sqlite_store(store: AgentSessionStore) -> SqliteStore:
-    if not isinstance(store, SqliteStore):
+def sqlite_store(store: Stores) -> Stores:
+    if store.dialect != "sqlite":
         pytest.skip("the writer is SQLite's")
     return store
 
 
 async def test_concurrent_writes_share_a_transaction_and_fail_alone(
-    sqlite_store: SqliteStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+    sqlite_store: Stores, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, t = sqlite_store, tenant.tenant_id
     for sid in ("a", "b"):
-        await store.create_session(
+        await store.ledger.create_session(
             t, session=NewSession(sid, {}, {}, {}), events=[NewEvent(EventType.SESSION_CREATED, {})]
         )
     batches: list[int] = []
@@ -52,12 +51,12 @@ async def test_concurrent_writes_share_a_transaction_and_fail_alone(
     monkeypatch.setattr(SqliteWriter, "_transact", recording)
     key = IdempotencyToken(key="k1", request_hash="h")
     writes = [
-        *(store.append_events(t, "a", events=[step(i)]) for i in range(10)),
-        store.append_events(t, "missing", events=[step(0)]),  # no such session
-        store.append_events(t, "b", events=[step(0)], expected_seq=7),  # stale
-        store.append_events(t, "b", events=[step(1)], idempotency=key),
-        store.append_events(t, "b", events=[step(2)], idempotency=key),  # same key
-        *(store.append_events(t, "b", events=[step(i), step(i)]) for i in range(3, 6)),
+        *(store.ledger.append_events(t, "a", events=[step(i)]) for i in range(10)),
+        store.ledger.append_events(t, "missing", events=[step(0)]),  # no such session
+        store.ledger.append_events(t, "b", events=[step(0)], expected_seq=7),  # stale
+        store.ledger.append_events(t, "b", events=[step(1)], idempotency=key),
+        store.ledger.append_events(t, "b", events=[step(2)], idempotency=key),  # same key
+        *(store.ledger.append_events(t, "b", events=[step(i), step(i)]) for i in range(3, 6)),
     ]
     outcomes = await asyncio.gather(*writes, return_exceptions=True)
 
@@ -67,11 +66,11 @@ async def test_concurrent_writes_share_a_transaction_and_fail_alone(
     assert isinstance(outcomes[13], IdempotentReplay)  # the first with the key committed
     failed = {i for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
     assert failed == {10, 11, 13}
-    a = await store.list_events(t, "a")
-    b = await store.list_events(t, "b")
+    a = await store.ledger.list_events(t, "a")
+    b = await store.ledger.list_events(t, "b")
     assert [e.seq for e in a] == list(range(1, 12))  # gapless: the failures took no seq
     assert [e.seq for e in b] == list(range(1, 9))  # 1 + the keyed one + three pairs
-    session_b = await store.get_session(t, "b")
+    session_b = await store.ledger.get_session(t, "b")
     assert session_b is not None and session_b.last_seq == 8
     # Each caller got its own events back, numbered as stored.
     stored = {e.event_id: e.seq for e in a + b}
@@ -82,13 +81,13 @@ async def test_concurrent_writes_share_a_transaction_and_fail_alone(
 
 @pytest.mark.parametrize("queued", [False, True], ids=["alone", "queued"])
 async def test_a_write_whose_caller_was_cancelled_is_still_announced(
-    sqlite_store: SqliteStore, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch, queued: bool
+    sqlite_store: Stores, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch, queued: bool
 ) -> None:
     """The thread finishes a transaction whatever happens to its caller; the commit's
     wake-up must not be lost with the caller, or live subscribers would wait for a poll."""
     store, t = sqlite_store, tenant.tenant_id
     sid = f"cancelled-{queued}"
-    await store.create_session(
+    await store.ledger.create_session(
         t, session=NewSession(sid, {}, {}, {}), events=[NewEvent(EventType.SESSION_CREATED, {})]
     )
     entered, release = threading.Event(), threading.Event()
@@ -101,15 +100,15 @@ async def test_a_write_whose_caller_was_cancelled_is_still_announced(
 
     monkeypatch.setattr(SqliteWriter, "_transact", held)
     heard: list[Wakeup] = []
-    store.announcer.listeners.append(heard.append)
+    store.database.announcer.listeners.append(heard.append)
     try:
-        first = asyncio.create_task(store.append_events(t, sid, events=[step(1)]))
+        first = asyncio.create_task(store.ledger.append_events(t, sid, events=[step(1)]))
         await asyncio.to_thread(entered.wait, 30)
         # Alone: the cancelled caller is the one whose transaction runs. Queued: it waits
         # behind `first` and is cancelled before its batch even starts.
         victim = first
         if queued:
-            victim = asyncio.create_task(store.append_events(t, sid, events=[step(2)]))
+            victim = asyncio.create_task(store.ledger.append_events(t, sid, events=[step(2)]))
             await asyncio.sleep(0)
         victim.cancel()
         await asyncio.sleep(0)
@@ -124,8 +123,8 @@ async def test_a_write_whose_caller_was_cancelled_is_still_announced(
         if queued:
             await first
     finally:
-        store.announcer.listeners.remove(heard.append)
-    assert [e.seq for e in await store.list_events(t, sid)] == list(range(1, expected + 1))
+        store.database.announcer.listeners.remove(heard.append)
+    assert [e.seq for e in await store.ledger.list_events(t, sid)] == list(range(1, expected + 1))
     assert any(w.session_id == sid and w.last_seq == expected for w in heard), heard
 
 

@@ -5,30 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from app.runtime.access.keys import generate_key, hash_secret, parse_key, secret_matches
 from app.runtime.errors import KeyNotFound, TenantNotFound, Unauthorized
-from app.runtime.ports import ApiKeyRecord, TenantRecord
+from app.runtime.ports import AccountPort, ApiKeyRecord, TenantRecord
 
 # A dummy hash so that an unknown prefix costs the same compare as a wrong secret.
 _DUMMY_HASH = hash_secret("not-a-key")
 _AUTH_CACHE_SECONDS = 5.0
 _AUTH_CACHE_MAX = 4096
-
-
-class AccountStorePort(Protocol):
-    async def create_tenant(self, name: str) -> TenantRecord: ...
-    async def get_tenant_by_name(self, name: str) -> TenantRecord | None: ...
-    async def count_tenants(self) -> int: ...
-    async def list_tenants(self) -> list[TenantRecord]: ...
-    async def create_api_key(
-        self, tenant_id: str, *, prefix: str, secret_hash: str, name: str
-    ) -> ApiKeyRecord: ...
-    async def get_api_key(self, prefix: str) -> ApiKeyRecord | None: ...
-    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]: ...
-    async def revoke_api_key(self, prefix: str) -> bool: ...
-    async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +26,7 @@ class Principal:
 
 
 class Accounts:
-    def __init__(self, store: AccountStorePort) -> None:
+    def __init__(self, store: AccountPort) -> None:
         self._store = store
         # Short cache of successful lookups: a revoked key is refused within 5 s.
         self._cache: dict[str, tuple[float, Principal]] = {}

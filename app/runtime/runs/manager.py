@@ -33,6 +33,7 @@ from app.runtime.ports import (
     AppendResult,
     IdempotencyToken,
     LocalControl,
+    NewRun,
     RunControl,
     RunRecord,
     RunSignal,
@@ -218,21 +219,18 @@ class RunManager:
         first_events = start_events(run_id, request, options)
         if prefix is not None:
             first_events = prefix(loaded) + first_events
-        values = self.runtime.run_values(
-            tenant_id,
-            session_id,
+        run = NewRun(
             run_id=run_id,
             input=request.input,
             options=request.options_json(),
             owner=self.owner,
             lease_until=self.lease.until(),
-            idempotency=idempotency,
         )
         if request.multitask == "enqueue":
             record = await self.runtime.enqueue_run(
                 tenant_id,
                 session_id,
-                values=values,
+                run=run,
                 max_live_runs=self.max_live_runs,
                 idempotency=idempotency,
             )
@@ -240,7 +238,7 @@ class RunManager:
         record, started = await writer.start_run(
             tenant_id,
             session_id,
-            values=values,
+            run=run,
             start_events=first_events,
             max_live_runs=self.max_live_runs,
             expected=(loaded.session.version, loaded.session.created_at) if expected else None,

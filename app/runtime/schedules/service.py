@@ -17,14 +17,13 @@ from typing import Any
 
 from app.runtime.errors import InvalidRequest, NotFound, TooManyRequests
 from app.runtime.observer import NullObserver, Observer
-from app.runtime.ports import FireRecord, IdempotencyToken, ScheduleRecord
+from app.runtime.ports import FireRecord, IdempotencyToken, SchedulePort, ScheduleRecord
 from app.runtime.runs.blueprints import Blueprints
 from app.runtime.runs.manager import RunManager
 from app.runtime.schedules.cadence import InvalidSchedule, cadence_of
 from app.runtime.schedules.ticks import (
     CONCURRENCY,
     SchedulerTiming,
-    ScheduleStorePort,
     TickFiring,
     cadence_of_record,
     tick_key,
@@ -87,7 +86,7 @@ class Scheduler(TickFiring):
 
     def __init__(
         self,
-        store: ScheduleStorePort,
+        store: SchedulePort,
         runtime: SessionRuntime,
         runs: RunManager | None,
         *,

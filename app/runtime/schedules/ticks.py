@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from app.runtime.errors import (
     AgentSessionError,
@@ -39,7 +39,7 @@ from app.runtime.errors import (
     TooManyRequests,
 )
 from app.runtime.observer import Observer
-from app.runtime.ports import FireRecord, IdempotencyToken, ScheduleRecord
+from app.runtime.ports import FireRecord, IdempotencyToken, SchedulePort, ScheduleRecord
 from app.runtime.runs.blueprints import Blueprints
 from app.runtime.runs.manager import RunManager
 from app.runtime.runs.plan import RunRequest
@@ -54,47 +54,6 @@ _RUN_MULTITASK = {"skip": "reject", "enqueue": "enqueue", "interrupt": "interrup
 CONCURRENCY = 8
 # Longest pause between passes while they keep failing (the database is away).
 _MAX_BACKOFF_SECONDS = 30.0
-
-
-class ScheduleStorePort(Protocol):
-    async def create_schedule(
-        self, tenant_id: str, *, values: dict[str, Any], idempotency: IdempotencyToken | None
-    ) -> ScheduleRecord: ...
-    async def get_schedule(self, tenant_id: str, schedule_id: str) -> ScheduleRecord | None: ...
-    async def list_schedules(
-        self, tenant_id: str, *, limit: int, after: tuple[datetime, str] | None = None
-    ) -> list[ScheduleRecord]: ...
-    async def save_schedule(
-        self,
-        tenant_id: str,
-        schedule_id: str,
-        *,
-        expected_version: int,
-        values: dict[str, Any],
-        fires: Sequence[FireRecord] = (),
-    ) -> ScheduleRecord | None: ...
-    async def finish_schedule_tick(
-        self,
-        tenant_id: str,
-        schedule_id: str,
-        *,
-        tick_at: datetime,
-        owner: str,
-        next_fire_at: datetime,
-        fire: FireRecord,
-    ) -> bool: ...
-    async def append_schedule_fire(self, tenant_id: str, fire: FireRecord) -> None: ...
-    async def delete_schedule(self, tenant_id: str, schedule_id: str) -> bool: ...
-    async def list_schedule_fires(
-        self,
-        tenant_id: str,
-        schedule_id: str,
-        *,
-        limit: int,
-        before: tuple[datetime, str] | None = None,
-        run_id: str | None = None,
-    ) -> list[FireRecord]: ...
-    async def list_due_schedules(self, *, limit: int = 100) -> list[tuple[str, str]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +85,7 @@ class TickFiring:
     """Claiming and firing due ticks, and the loop that does it on this replica (mixed into
     `Scheduler`, which sets these attributes)."""
 
-    store: ScheduleStorePort
+    store: SchedulePort
     runtime: SessionRuntime
     runs: RunManager | None
     blueprints: Blueprints

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
-from app.runtime.ports import SessionRecord, TenantRecord
+from app.runtime.ports import RetentionPort, TenantList
 
 _PAGE = 500
 
@@ -43,26 +42,11 @@ class RetentionReport:
     dry_run: bool = False
 
 
-class RetentionStore(Protocol):
-    async def list_tenants(self) -> list[TenantRecord]: ...
-
-    async def list_idle_sessions(
-        self, tenant_id: str, *, updated_before: datetime, limit: int
-    ) -> list[SessionRecord]: ...
-
-    async def delete_idle_session(
-        self, tenant_id: str, session_id: str, *, updated_before: datetime
-    ) -> bool: ...
-
-    async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int: ...
-
-    async def delete_settled_deliveries(self, tenant_id: str, *, before: datetime) -> int: ...
-
-
 async def apply_retention(
-    store: RetentionStore,
+    store: RetentionPort,
     policy: RetentionPolicy,
     *,
+    tenants: TenantList,
     now: datetime | None = None,
     dry_run: bool = False,
     tenant_ids: list[str] | None = None,
@@ -77,7 +61,7 @@ async def apply_retention(
     if policy.idle_days is not None:
         cutoff = (now or datetime.now(UTC)) - timedelta(days=policy.idle_days)
     if tenant_ids is None:
-        tenant_ids = [t.tenant_id for t in await store.list_tenants()]
+        tenant_ids = [t.tenant_id for t in await tenants.list_tenants()]
     for tenant_id in tenant_ids:
         if cutoff is not None:
             await _erase_idle(store, tenant_id, cutoff, report)
@@ -94,7 +78,7 @@ async def apply_retention(
 
 
 async def _erase_idle(
-    store: RetentionStore, tenant_id: str, cutoff: datetime, report: RetentionReport
+    store: RetentionPort, tenant_id: str, cutoff: datetime, report: RetentionReport
 ) -> None:
     seen: set[str] = set()
     while True:

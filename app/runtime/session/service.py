@@ -1,4 +1,5 @@
-"""`SessionRuntime`: the verbs of the service, and the only caller of the store.
+"""`SessionRuntime`: the verbs of the service, and the only caller of the ledger and run
+stores (its ports `LedgerPort`, `RunPort`, `IdempotencyPort`, `MaintenancePort`).
 
 State is never stored as such: it is the fold of the ledger, loaded as the newest snapshot
 plus the events after it, and kept in a small in-process cache keyed by the session's
@@ -32,13 +33,18 @@ from app.runtime.memory.items import normalize_items
 from app.runtime.observer import NullObserver, Observer
 from app.runtime.ports import (
     AppendResult,
+    IdempotencyPort,
     IdempotencyRecord,
     IdempotencyToken,
+    LedgerPort,
     LiveFrames,
+    MaintenancePort,
+    NewRun,
     NewSession,
     NoLiveFrames,
+    RunFinish,
+    RunPort,
     RunRecord,
-    RuntimeStore,
     SessionLoad,
     SessionRecord,
     SessionWriter,
@@ -50,6 +56,7 @@ from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.metadata import check_metadata_size
 from app.runtime.session.projector import apply_event, fold
 from app.runtime.session.state import SessionState, validate_recovery_object
+from app.runtime.session.store_writer import StoreWriter
 
 _CACHE_MAX = 1024
 T = TypeVar("T")
@@ -75,13 +82,20 @@ class Loaded:
 class SessionRuntime:
     def __init__(
         self,
-        store: RuntimeStore,
+        ledger: LedgerPort,
+        runs: RunPort,
+        idempotency: IdempotencyPort,
+        maintenance: MaintenancePort,
         *,
         limits: Limits | None = None,
         live: LiveFrames | None = None,
         observer: Observer | None = None,
     ) -> None:
-        self.store = store
+        self.ledger = ledger
+        self.runs = runs
+        self.idempotency = idempotency
+        self.maintenance = maintenance
+        self._writer = StoreWriter(ledger, runs)
         self.limits = limits or Limits()
         self.live: LiveFrames = live or NoLiveFrames()
         # Runs report their stop reason, latency and model calls here (metrics).
@@ -101,7 +115,7 @@ class SessionRuntime:
 
     async def find(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session's row, or None when there is none (an erased parent, say)."""
-        return await self.store.get_session(tenant_id, session_id)
+        return await self.ledger.get_session(tenant_id, session_id)
 
     async def list(
         self,
@@ -113,20 +127,20 @@ class SessionRuntime:
         metadata: dict[str, str] | None = None,
     ) -> list[SessionRecord]:
         """Sessions newest first; `after` is the (created_at, session_id) of the last seen."""
-        return await self.store.list_sessions(
+        return await self.ledger.list_sessions(
             tenant_id, limit=limit, after=after, status=status, metadata=metadata
         )
 
     async def load(self, tenant_id: str, session_id: str) -> Loaded:
         """The session and its current state: cache or snapshot, plus the tail of events."""
         cached = self._cache.get((tenant_id, session_id))
-        found = await self.store.load_session(tenant_id, session_id, base=_base_of(cached))
+        found = await self.ledger.load_session(tenant_id, session_id, base=_base_of(cached))
         if found is None:
             raise SessionNotFound(session_id)
         state = self._state_of(found, cached)
         if len(found.tail) >= self.limits.snapshot_every:
             # Long tails are folded once and kept: resume stays O(events since snapshot).
-            await self.store.save_snapshot(
+            await self.ledger.save_snapshot(
                 tenant_id, session_id, seq=state.seq, kind="auto", state=state.to_json()
             )
         self.remember(found.session, state)
@@ -153,7 +167,7 @@ class SessionRuntime:
     def writer(self) -> SessionWriter:
         """The store's writes decided on a session's state, for a caller that decides on a
         view of its own (a cached one) and falls back to `decided`."""
-        return self.store
+        return self._writer
 
     async def decided(
         self,
@@ -166,16 +180,16 @@ class SessionRuntime:
 
         It is tried first on the state as read, conditional on it (`expected_seq` or the
         version: SeqConflict or StaleSession when it lost); a write that lost is decided
-        again while the store holds the session (`SessionStore.hold`), where no other
+        again while the ledger holds the session (`LedgerPort.hold`), where no other
         writer can change it. A precondition of the caller's own (If-Match) still fails.
         """
         loaded = await self.load(tenant_id, session_id)
         try:
-            return await write(loaded, self.store)
+            return await write(loaded, self._writer)
         except (SeqConflict, StaleSession):
             pass
         key = (tenant_id, session_id)
-        async with self.store.hold(tenant_id, session_id) as held:
+        async with self.ledger.hold(tenant_id, session_id) as held:
             cached = self._cache.get(key)
             found = await held.load(base=_base_of(cached))
             state = self._state_of(found, cached)
@@ -203,14 +217,16 @@ class SessionRuntime:
             and kept[0].created_at == record.created_at
             and 0 <= seq - kept[1].seq < self.limits.snapshot_every
         ):
-            tail = await self.store.list_events(
+            tail = await self.ledger.list_events(
                 tenant_id, session_id, after_seq=kept[1].seq, until_seq=seq
             )
             return fold(kept[1], tail)
-        snap = await self.store.get_snapshot(tenant_id, session_id, at_or_below=seq)
+        snap = await self.ledger.get_snapshot(tenant_id, session_id, at_or_below=seq)
         base = SessionState.from_json(snap.state) if snap is not None else None
         after = base.seq if base is not None else 0
-        events = await self.store.list_events(tenant_id, session_id, after_seq=after, until_seq=seq)
+        events = await self.ledger.list_events(
+            tenant_id, session_id, after_seq=after, until_seq=seq
+        )
         return fold(base, events)
 
     async def list_events(
@@ -227,7 +243,7 @@ class SessionRuntime:
         """Events of the session in seq order; SessionNotFound if there is no such session.
         Events found prove the session exists (in this tenant), so the session row is read
         only when none are: a full read is one round trip, like the bare driver's."""
-        events = await self.store.list_events(
+        events = await self.ledger.list_events(
             tenant_id,
             session_id,
             after_seq=after_seq,
@@ -250,12 +266,14 @@ class SessionRuntime:
     ) -> TenantPage:
         """Events of every session of the tenant after a timeline cursor, never skipping one
         that commits late (see `TenantCursor`)."""
-        return await self.store.list_tenant_events(tenant_id, after=after, types=types, limit=limit)
+        return await self.ledger.list_tenant_events(
+            tenant_id, after=after, types=types, limit=limit
+        )
 
     async def projection(self, tenant_id: str, session_id: str) -> tuple[Loaded, SessionState]:
         """(live state, fold of the whole ledger from seq 1 to the same seq)."""
         loaded = await self.load(tenant_id, session_id)
-        events = await self.store.list_events(tenant_id, session_id, until_seq=loaded.state.seq)
+        events = await self.ledger.list_events(tenant_id, session_id, until_seq=loaded.state.seq)
         return loaded, fold(None, events)
 
     async def history(
@@ -268,7 +286,7 @@ class SessionRuntime:
         await self.get(tenant_id, session_id)
         types: list[str]
         types = [EventType.USER_INPUT, EventType.MEMORY_ITEMS_APPENDED, EventType.TOOL_RESULT]
-        events = await self.store.list_events(
+        events = await self.ledger.list_events(
             tenant_id, session_id, after_seq=after_seq, types=types, limit=limit
         )
         items: list[dict[str, Any]] = []
@@ -298,7 +316,7 @@ class SessionRuntime:
         from its root; its timeline is its own ledger, starting empty.
         """
         check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
-        if await self.store.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
+        if await self.ledger.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
             raise TooManyRequests(
                 f"a tenant may hold at most {self.limits.max_sessions_per_tenant} sessions",
                 retry_after=60,
@@ -322,7 +340,7 @@ class SessionRuntime:
         events = [created.event()]
         if max_items is not None:
             events.append(ev.WindowChanged(max_items=max_items).event())
-        result = await self.store.create_session(
+        result = await self.ledger.create_session(
             tenant_id, session=new, events=events, idempotency=idempotency
         )
         return self._after_write(result, fold(None, result.events))
@@ -332,11 +350,11 @@ class SessionRuntime:
     ) -> Loaded:
         """A new session (its own root) holding exactly `events` (an import), in one
         transaction; its state is then loaded like any other's."""
-        await self.store.create_session(tenant_id, session=session, events=events)
+        await self.ledger.create_session(tenant_id, session=session, events=events)
         return await self.load(tenant_id, session.session_id)
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
-        if not await self.store.delete_session(tenant_id, session_id):
+        if not await self.ledger.delete_session(tenant_id, session_id):
             raise SessionNotFound(session_id)
         self._cache.pop((tenant_id, session_id), None)
 
@@ -359,7 +377,7 @@ class SessionRuntime:
             events.append(ev.WindowChanged(max_items=window[0]).event())
         if not events:
             raise InvalidRequest("nothing to change: give metadata, max_items or clear_window")
-        return await self.store.append_events(
+        return await self.ledger.append_events(
             tenant_id,
             session_id,
             events=events,
@@ -379,7 +397,7 @@ class SessionRuntime:
         """Append events as they are. Without `expected_seq` for events that change no memory
         (process lifecycle); with it, for events decided on the session as read at that seq
         (answers, compaction), which a write in between makes stale (SeqConflict)."""
-        return await self.store.append_events(
+        return await self.ledger.append_events(
             tenant_id,
             session_id,
             events=events,
@@ -391,7 +409,7 @@ class SessionRuntime:
         self, tenant_id: str, session_id: str, max_items: int | None
     ) -> AppendResult:
         """Set (or, with None, remove) the memory window: WINDOW_CHANGED."""
-        return await self.store.append_events(
+        return await self.ledger.append_events(
             tenant_id,
             session_id,
             events=[ev.WindowChanged(max_items=max_items).event()],
@@ -412,7 +430,7 @@ class SessionRuntime:
         if len(items) > self.limits.max_items_per_request:
             raise InvalidItems(f"at most {self.limits.max_items_per_request} items per request")
         clean = normalize_items(items, max_inline_bytes=self.limits.max_inline_bytes)
-        return await self.store.append_events(
+        return await self.ledger.append_events(
             tenant_id,
             session_id,
             events=[ev.MemoryItemsAppended(items=clean).event()],
@@ -533,7 +551,7 @@ class SessionRuntime:
             # the ledger says where the child was moved
             rebound_to=binding if rebind and binding != source.binding else None,
         ).event()
-        result = await self.store.fork_session(
+        result = await self.ledger.fork_session(
             tenant_id,
             session_id,
             at_seq=at,
@@ -558,7 +576,7 @@ class SessionRuntime:
         Raises:
             IdempotencyKeyReused: the key was used with a different request.
         """
-        found = await self.store.get_idempotency_key(tenant_id, token.key)
+        found = await self.idempotency.get_idempotency_key(tenant_id, token.key)
         if found is not None and found.request_hash != token.request_hash:
             raise IdempotencyKeyReused()
         return found
@@ -572,7 +590,7 @@ class SessionRuntime:
         response: bytes,
         headers: dict[str, str],
     ) -> None:
-        await self.store.store_idempotent_response(
+        await self.idempotency.store_idempotent_response(
             tenant_id, token, status_code=status_code, response=response, headers=headers
         )
 
@@ -593,7 +611,7 @@ class SessionRuntime:
     async def committed_events(self, tenant_id: str, result: dict[str, Any]) -> AppendResult:
         """A recorded write's AppendResult, read back from the ledger (events are immutable)."""
         loaded = await self.as_committed(tenant_id, result)
-        events = await self.store.list_events(
+        events = await self.ledger.list_events(
             tenant_id,
             result["session_id"],
             after_seq=result["first_seq"] - 1,
@@ -605,53 +623,101 @@ class SessionRuntime:
     # The run rows (DESIGN §9) are written here too, so that the store has one caller and
     # the state cache one owner; `app.runtime.runs` decides what to write and when.
 
-    def run_values(self, tenant_id: str, session_id: str, **kw: Any) -> dict[str, Any]:
-        return self.store.run_values(tenant_id, session_id, **kw)
-
     async def start_run(
-        self, tenant_id: str, session_id: str, **kw: Any
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        run: NewRun,
+        start_events: builtins.list[NewEvent],
+        max_live_runs: int | None = None,
+        expected: tuple[int, datetime] | None = None,
+        idempotency: IdempotencyToken | None = None,
     ) -> tuple[RunRecord, AppendResult]:
-        return await self.store.start_run(tenant_id, session_id, **kw)
+        return await self.runs.start_run(
+            tenant_id, session_id, run=run, start_events=start_events,
+            max_live_runs=max_live_runs, expected=expected, idempotency=idempotency,
+        )  # fmt: skip
 
-    async def enqueue_run(self, tenant_id: str, session_id: str, **kw: Any) -> RunRecord:
-        return await self.store.enqueue_run(tenant_id, session_id, **kw)
+    async def enqueue_run(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        run: NewRun,
+        max_live_runs: int | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> RunRecord:
+        return await self.runs.enqueue_run(
+            tenant_id, session_id, run=run, max_live_runs=max_live_runs, idempotency=idempotency
+        )
 
     async def claim_run(
-        self, tenant_id: str, run_id: str, **kw: Any
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        events: builtins.list[NewEvent],
+        oldest_only: bool = False,
     ) -> tuple[RunRecord, AppendResult]:
-        return await self.store.claim_run(tenant_id, run_id, **kw)
+        return await self.runs.claim_run(
+            tenant_id, run_id, owner=owner, lease_until=lease_until, events=events,
+            oldest_only=oldest_only,
+        )  # fmt: skip
 
-    async def append_run_events(self, tenant_id: str, run_id: str, **kw: Any) -> AppendResult:
-        return await self.store.append_run_events(tenant_id, run_id, **kw)
+    async def append_run_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        session_id: str,
+        epoch: int,
+        events: builtins.list[NewEvent],
+        lease_until: datetime,
+        progress: dict[str, Any] | None = None,
+        finish: RunFinish | None = None,
+    ) -> AppendResult:
+        return await self.runs.append_run_events(
+            tenant_id, run_id, session_id=session_id, epoch=epoch, events=events,
+            lease_until=lease_until, progress=progress, finish=finish,
+        )  # fmt: skip
 
-    async def renew_lease(self, tenant_id: str, run_id: str, **kw: Any) -> bool:
-        return await self.store.renew_lease(tenant_id, run_id, **kw)
+    async def renew_lease(
+        self, tenant_id: str, run_id: str, *, epoch: int, lease_until: datetime
+    ) -> bool:
+        return await self.runs.renew_lease(tenant_id, run_id, epoch=epoch, lease_until=lease_until)
 
-    async def fence_run(self, tenant_id: str, run_id: str, **kw: Any) -> RunRecord | None:
-        return await self.store.fence_run(tenant_id, run_id, **kw)
+    async def fence_run(
+        self, tenant_id: str, run_id: str, *, stop_reason: str, only_expired: bool = False
+    ) -> RunRecord | None:
+        return await self.runs.fence_run(
+            tenant_id, run_id, stop_reason=stop_reason, only_expired=only_expired
+        )
 
     async def close_fenced_run(
         self, tenant_id: str, run_id: str, *, events: builtins.list[NewEvent]
     ) -> AppendResult | None:
-        return await self.store.close_fenced_run(tenant_id, run_id, events=events)
+        return await self.runs.close_fenced_run(tenant_id, run_id, events=events)
 
     async def find_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        return await self.store.get_run(tenant_id, run_id)
+        return await self.runs.get_run(tenant_id, run_id)
 
     async def list_runs(self, tenant_id: str, session_id: str) -> builtins.list[RunRecord]:
         """The session's runs, newest first."""
-        return await self.store.list_runs(tenant_id, session_id)
+        return await self.runs.list_runs(tenant_id, session_id)
 
     async def list_stale_runs(self) -> builtins.list[RunRecord]:
         """Runs whose lease expired, and fenced runs not closed yet (any tenant)."""
-        return await self.store.list_stale_runs()
+        return await self.maintenance.list_stale_runs()
 
     async def delete_expired_idempotency_keys(self) -> int:
-        return await self.store.delete_expired_idempotency_keys()
+        return await self.maintenance.delete_expired_idempotency_keys()
 
     async def schema_revision(self) -> str | None:
         """The database's migration revision (readiness checks compare it to the code's)."""
-        return await self.store.get_schema_revision()
+        return await self.maintenance.get_schema_revision()
 
     # ----------------------------------------------------------------- plumbing
 

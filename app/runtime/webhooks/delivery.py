@@ -39,7 +39,7 @@ from app.runtime.webhooks.records import (
     Claim,
     ClaimedWork,
     Outcome,
-    WebhookStore,
+    WebhookPort,
 )
 from app.runtime.webhooks.signing import signed_headers
 from app.runtime.webhooks.targets import TargetPolicy
@@ -113,7 +113,7 @@ class Deliverer:
 
     def __init__(
         self,
-        store: WebhookStore,
+        store: WebhookPort,
         *,
         owner: str,
         targets: TargetPolicy,

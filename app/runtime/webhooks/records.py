@@ -109,7 +109,9 @@ class Outcome:
     disable: str | None = None
 
 
-class WebhookStore(Protocol):
+class WebhookPort(Protocol):
+    """Subscriptions and deliveries (the webhook store); the claims span tenants."""
+
     async def create_webhook(
         self, tenant_id: str, webhook: NewWebhook, *, idempotency: IdempotencyToken | None = None
     ) -> WebhookRecord: ...

@@ -1,4 +1,4 @@
-"""`Webhooks`: the verbs of the webhook routes, over the store's `WebhookStore`.
+"""`Webhooks`: the verbs of the webhook routes, over the store's `WebhookPort`.
 
 A subscription names a URL (checked against SSRF when it is made or changed, and again at
 every attempt), the event types it wants (the event vocabulary, or `*`), and optionally one
@@ -26,8 +26,8 @@ from app.runtime.webhooks.records import (
     ALL_TYPES,
     DeliveryRecord,
     NewWebhook,
+    WebhookPort,
     WebhookRecord,
-    WebhookStore,
 )
 from app.runtime.webhooks.signing import new_secret
 from app.runtime.webhooks.targets import TargetPolicy
@@ -71,7 +71,7 @@ class Webhooks:
     """Create, read, change and delete subscriptions; read the delivery log; redeliver."""
 
     def __init__(
-        self, store: WebhookStore, *, targets: TargetPolicy, max_per_tenant: int = 100
+        self, store: WebhookPort, *, targets: TargetPolicy, max_per_tenant: int = 100
     ) -> None:
         self.store = store
         self.targets = targets

@@ -1,1 +1,2 @@
-"""PostgreSQL-only parts of the store: the stored functions' SQL sources and their installer."""
+"""The PostgreSQL backend's stores (`PostgresLedger`, `PostgresRuns`, ...), their stored
+functions' SQL sources and their installer."""

@@ -54,40 +54,39 @@ _DUE_SCHEDULES = text("SELECT o_tenant, o_schedule FROM asr_due_schedules(p_limi
 
 
 class PostgresCrossTenant(CrossTenantStore):
-    """`CrossTenantStore` as calls of the SECURITY DEFINER functions (mixed into
-    `PostgresStore`)."""
+    """`CrossTenantStore` as calls of the SECURITY DEFINER functions."""
 
     async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             row = (await conn.execute(_KEY_BY_PREFIX, {"prefix": prefix})).first()
         return key_from_row(row) if row is not None else None
 
     async def list_live_key_prefixes(self, prefixes: Collection[str]) -> set[str]:
         if not prefixes:
             return set()
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             rows = await conn.execute(_LIVE_KEY_PREFIXES, {"prefixes": sorted(prefixes)})
             return {row[0] for row in rows.all()}
 
     async def get_tenant_by_name(self, name: str) -> TenantRecord | None:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             row = (await conn.execute(_TENANT_BY_NAME, {"name": name})).first()
         return tenant_from_row(row) if row is not None else None
 
     async def list_tenants(self) -> list[TenantRecord]:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             rows = (await conn.execute(_TENANTS)).all()
         return [tenant_from_row(r) for r in rows]
 
     async def count_tenants(self) -> int:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             return int((await conn.execute(_COUNT_TENANTS)).scalar_one())
 
     async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]:
         """Expiry is judged by the database's clock (a caller's clock cannot widen the
         function's reach); the sweeper's fence re-checks each lease in its tenant's own
         transaction before anything is written."""
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             rows = (await conn.execute(_STALE_RUNS, {"limit": limit})).all()
         return [run_from_row(r) for r in rows]
 
@@ -97,19 +96,19 @@ class PostgresCrossTenant(CrossTenantStore):
         """`asr_webhook_claim`: FOR UPDATE SKIP LOCKED, so replicas claiming at once never
         wait on each other nor take the same row; leases by the database's clock."""
         params = {"owner": owner, "limit": limit, "lease": lease_seconds}
-        async with self.write(NO_TENANT) as conn:
+        async with self.db.write(NO_TENANT) as conn:
             rows = (await conn.execute(_WEBHOOK_CLAIM, params)).all()
         return [Claim(*row) for row in rows]
 
     async def delete_expired_idempotency_keys(self) -> int:
         """Expiry by the database's clock, as in `list_stale_runs`: the app role cannot
         make the function delete a key that is still live."""
-        async with self.write(NO_TENANT) as conn:
+        async with self.db.write(NO_TENANT) as conn:
             return int((await conn.execute(_DELETE_EXPIRED_KEYS)).scalar_one())
 
     async def list_due_schedules(self, *, limit: int = 100) -> list[tuple[str, str]]:
         """Due by the database's clock, as in `list_stale_runs`; the claim that follows is
         conditional on the row's version, in the tenant's own transaction."""
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             rows = (await conn.execute(_DUE_SCHEDULES, {"limit": limit})).all()
         return [(r[0], r[1]) for r in rows]

@@ -1,1 +1,1 @@
-"""The embedded default's store: SQLite through SQLAlchemy Core (`SqliteStore`)."""
+"""The embedded default's stores: SQLite through SQLAlchemy Core (`SqliteLedger`, `SqliteRuns`)."""

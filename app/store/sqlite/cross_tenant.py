@@ -31,10 +31,10 @@ from app.store.tables import (
 
 
 class SqliteCrossTenant(CrossTenantStore):
-    """`CrossTenantStore` as plain SQL (mixed into `SqliteStore`)."""
+    """`CrossTenantStore` as plain SQL."""
 
     async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.prefix == prefix))).first()
         return key_from_row(row) if row is not None else None
 
@@ -44,26 +44,26 @@ class SqliteCrossTenant(CrossTenantStore):
         query = select(api_keys.c.prefix).where(
             api_keys.c.prefix.in_(sorted(prefixes)), api_keys.c.revoked_at.is_(None)
         )
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             return {row[0] for row in (await conn.execute(query)).all()}
 
     async def get_tenant_by_name(self, name: str) -> TenantRecord | None:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             row = (await conn.execute(select(tenants).where(tenants.c.name == name))).first()
         return tenant_from_row(row) if row is not None else None
 
     async def list_tenants(self) -> list[TenantRecord]:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             rows = (await conn.execute(select(tenants).order_by(tenants.c.name))).all()
         return [tenant_from_row(r) for r in rows]
 
     async def count_tenants(self) -> int:
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             return int((await conn.execute(select(func.count()).select_from(tenants))).scalar_one())
 
     async def list_stale_runs(self, *, limit: int = 100) -> list[RunRecord]:
         now = utcnow()
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             expired = (
                 await conn.execute(
                     select(runs)
@@ -131,16 +131,16 @@ class SqliteCrossTenant(CrossTenantStore):
             .returning(d.tenant_id, d.webhook_id, d.session_id, d.seq, d.attempts)
         )
         # Most polls find nothing: look first, so that an idle deliverer takes no write lock.
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             if (await conn.execute(due.limit(1))).first() is None:
                 return []
-        async with self.write(NO_TENANT) as conn:
+        async with self.db.write(NO_TENANT) as conn:
             rows = (await conn.execute(stmt)).all()
         return [Claim(*row) for row in rows]
 
     async def delete_expired_idempotency_keys(self) -> int:
         t = idempotency_keys.c
-        async with self.write(NO_TENANT) as conn:
+        async with self.db.write(NO_TENANT) as conn:
             result = await conn.execute(delete(idempotency_keys).where(t.expires_at <= utcnow()))
         return result.rowcount
 
@@ -157,5 +157,5 @@ class SqliteCrossTenant(CrossTenantStore):
             .order_by(c.next_fire_at)
             .limit(limit)
         )
-        async with self.read(NO_TENANT) as conn:
+        async with self.db.read(NO_TENANT) as conn:
             return [(r[0], r[1]) for r in (await conn.execute(query)).all()]

@@ -16,7 +16,7 @@ for the batch. Each caller returns once its job is committed. Nothing is retried
 tells a failed COMMIT apart from a lost reply (there is no reply to lose in-process), so a
 batch either committed for every job in it or for none.
 
-The writer holds the store's write lock (`StoreBase._write_lock`) for each transaction, so
+The writer holds the store's write lock (`SqliteDatabase.write_lock`) for each transaction, so
 it and the writes that still go through the pool (leases, automatic snapshots, accounts)
 take turns in this process instead of in SQLite's busy handler.
 """
@@ -50,7 +50,7 @@ _T = TypeVar("_T")
 
 # A job: the store's write, as a coroutine function of the connection it writes with.
 Job = Callable[[AsyncConnection], Coroutine[Any, Any, Any]]
-# A job whose value is a `_T` (`SqliteStore._write` returns it).
+# A job whose value is a `_T` (`Jobs.run` returns it).
 JobOf = Callable[[AsyncConnection], Coroutine[Any, Any, _T]]
 
 
@@ -182,7 +182,7 @@ class SqliteWriter:
         return await future
 
     async def run_held(self, job: Job, committed: Committed | None = None) -> Done:
-        """`run`, for a caller that holds the write lock already (`SqliteStore.hold`): no
+        """`run`, for a caller that holds the write lock already (`SqliteLedger.hold`): no
         transaction is running, and none can start until the caller lets go."""
         work = asyncio.get_running_loop().run_in_executor(self._executor, self._transact, [job])
         if committed is not None:

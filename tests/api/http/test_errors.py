@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import TenantKey
 
 PROBLEM = "application/problem+json"
@@ -24,12 +24,12 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict:
 
 
 async def test_missing_bad_and_revoked_keys_get_the_same_401(
-    anon: httpx.AsyncClient, store: AgentSessionStore, tenant: TenantKey
+    anon: httpx.AsyncClient, store: Stores, tenant: TenantKey
 ) -> None:
     from app.runtime.access.accounts import Accounts
 
-    raw, record = await Accounts(store).create_key(tenant.name, name="to-revoke")
-    await Accounts(store).revoke_key(record.prefix)
+    raw, record = await Accounts(store.accounts).create_key(tenant.name, name="to-revoke")
+    await Accounts(store.accounts).revoke_key(record.prefix)
     bodies = []
     for headers in (
         {},
@@ -140,14 +140,14 @@ async def test_metadata_over_its_limit_is_413(client: httpx.AsyncClient) -> None
     assert_problem(response, 413, "payload_too_large")
 
 
-async def test_r18_raw_keys_never_stored(store: AgentSessionStore, tenant: TenantKey) -> None:
+async def test_r18_raw_keys_never_stored(store: Stores, tenant: TenantKey) -> None:
     from sqlalchemy import text
 
     from app.store.tables import metadata
 
     secret = tenant.key.split("_", 2)[2]
     dump = []
-    async with store.read(tenant.tenant_id) as conn:
+    async with store.database.read(tenant.tenant_id) as conn:
         for table in metadata.sorted_tables:
             dump.append(repr((await conn.execute(text(f"SELECT * FROM {table.name}"))).all()))
     blob = "\n".join(dump)

@@ -94,4 +94,4 @@ async def test_concurrent_duplicates_run_once_and_the_other_replays(
 
 
 async def test_keys_live_at_least_24_hours(app: FastAPI) -> None:
-    assert services_of(app).store.idempotency_ttl.total_seconds() >= 24 * 3600
+    assert services_of(app).stores.idempotency.idempotency_ttl.total_seconds() >= 24 * 3600

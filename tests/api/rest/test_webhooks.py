@@ -20,7 +20,7 @@ from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
 from app.runtime.webhooks.targets import TargetPolicy, parse_networks
 from app.services import services_of
 from app.settings import Settings
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import TenantKey, make_tenant
 from tests.loopback import serve
 from tests.webhook_receiver import Receiver
@@ -51,9 +51,9 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
         yield rx, url
 
 
-def deliverer(store: AgentSessionStore, hook_app: object, **policy: float) -> Deliverer:
+def deliverer(store: Stores, hook_app: object, **policy: float) -> Deliverer:
     return Deliverer(
-        store,
+        store.webhooks,
         owner=f"test-{uuid.uuid4().hex[:6]}",
         targets=TargetPolicy(parse_networks(ALLOW)),
         policy=DeliveryPolicy(**{"timeout_seconds": 5.0, **policy}),  # type: ignore[arg-type]
@@ -136,7 +136,7 @@ async def test_bad_subscriptions_are_problems_not_errors(
 
 
 async def test_another_tenants_subscription_is_not_found(
-    api: httpx.AsyncClient, store: AgentSessionStore, receiver: tuple[Receiver, str]
+    api: httpx.AsyncClient, store: Stores, receiver: tuple[Receiver, str]
 ) -> None:
     _, url = receiver
     made = (await api.post("/v1/webhooks", json={"url": url, "event_types": ["*"]})).json()
@@ -175,7 +175,7 @@ async def test_idempotent_create_replays_the_same_subscription(
 
 async def test_signed_deliveries_in_order_with_a_log_and_redeliver(
     api: httpx.AsyncClient,
-    store: AgentSessionStore,
+    store: Stores,
     hook_app: object,
     receiver: tuple[Receiver, str],
 ) -> None:
@@ -230,7 +230,7 @@ async def test_signed_deliveries_in_order_with_a_log_and_redeliver(
 
 async def test_a_failing_receiver_is_retried_then_the_subscription_is_disabled(
     api: httpx.AsyncClient,
-    store: AgentSessionStore,
+    store: Stores,
     hook_app: object,
     receiver: tuple[Receiver, str],
 ) -> None:
@@ -263,7 +263,7 @@ async def test_a_failing_receiver_is_retried_then_the_subscription_is_disabled(
 
 async def test_redirects_and_addresses_refused_at_delivery_time_are_not_followed(
     api: httpx.AsyncClient,
-    store: AgentSessionStore,
+    store: Stores,
     hook_app: object,
     receiver: tuple[Receiver, str],
 ) -> None:
@@ -289,7 +289,9 @@ async def test_redirects_and_addresses_refused_at_delivery_time_are_not_followed
     rx.received.clear()
     later = (await api.post("/v1/webhooks", json={"url": url + "/x", "event_types": ["*"]})).json()
     await api.patch(f"/v1/sessions/{sid}", json={"metadata": {"a": "b"}})
-    strict = Deliverer(store, owner="strict", targets=TargetPolicy(), policy=DeliveryPolicy())
+    strict = Deliverer(
+        store.webhooks, owner="strict", targets=TargetPolicy(), policy=DeliveryPolicy()
+    )
     try:
         for _ in range(20):
             if await strict.run_once():
@@ -305,7 +307,7 @@ async def test_redirects_and_addresses_refused_at_delivery_time_are_not_followed
 
 async def test_a_slow_receiver_times_out_and_enabling_again_resumes(
     api: httpx.AsyncClient,
-    store: AgentSessionStore,
+    store: Stores,
     hook_app: object,
     receiver: tuple[Receiver, str],
 ) -> None:

@@ -17,7 +17,7 @@ import pytest
 from app.settings import Settings
 from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from tests.conftest import PG_ENV, TenantKey, make_tenant
 
 _BACKENDS = ["suite", "sqlite"] if os.environ.get(PG_ENV) else ["suite"]
@@ -28,7 +28,7 @@ async def store(
     request: pytest.FixtureRequest,
     settings: Settings,
     tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[AgentSessionStore]:
+) -> AsyncIterator[Stores]:
     if request.param == "suite":
         url = settings.database_url
     else:
@@ -36,15 +36,15 @@ async def store(
         url = f"sqlite+aiosqlite:///{path}"
         await asyncio.to_thread(upgrade_head, url)  # Alembic runs its own event loop
     engine = make_engine(Settings(database_url=url, bootstrap_default_tenant=False))
-    yield store_for(engine)
+    yield open_stores(engine)
     await engine.dispose()
 
 
 @pytest.fixture
-async def tenant(store: AgentSessionStore) -> TenantKey:
+async def tenant(store: Stores) -> TenantKey:
     return await make_tenant(store)
 
 
 @pytest.fixture
-async def other_tenant(store: AgentSessionStore) -> TenantKey:
+async def other_tenant(store: Stores) -> TenantKey:
     return await make_tenant(store)

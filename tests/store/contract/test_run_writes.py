@@ -17,9 +17,9 @@ from app.runtime.errors import (
     StaleSession,
     TooManyRequests,
 )
-from app.runtime.ports import NewSession, RunFinish
+from app.runtime.ports import NewRun, NewSession, RunFinish
 from app.runtime.session.events import EventType, NewEvent
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from app.store.tables import runs, session_events
 from tests.conftest import TenantKey
 
@@ -32,37 +32,34 @@ def _event(kind: EventType, run_id: str, **payload: Any) -> NewEvent:
     return NewEvent(kind, payload, run_id, f"{run_id}.t1")
 
 
-async def _session(store: AgentSessionStore, tenant: str) -> str:
+async def _session(store: Stores, tenant: str) -> str:
     sid = f"s-{uuid.uuid4().hex[:10]}"
-    await store.create_session(
+    await store.ledger.create_session(
         tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
     )
     return sid
 
 
-async def _start(store: AgentSessionStore, tenant: str, sid: str, **kw: Any) -> Any:
+async def _start(store: Stores, tenant: str, sid: str, **kw: Any) -> Any:
     run_id = f"run_{uuid.uuid4().hex}"
-    values = store.run_values(
-        tenant,
-        sid,
+    run = NewRun(
         run_id=run_id,
         input={"text": "hi"},
         options={"mode": "wait"},
         owner="test",
         lease_until=_lease(),
-        idempotency=None,
     )
-    return await store.start_run(
+    return await store.runs.start_run(
         tenant,
         sid,
-        values=values,
+        run=run,
         start_events=[_event(EventType.RUN_STARTED, run_id, input="hi")],
         **kw,
     )
 
 
-async def _rows(store: AgentSessionStore, tenant: str, sid: str) -> tuple[list[Any], list[Any]]:
-    async with store.read(tenant) as conn:
+async def _rows(store: Stores, tenant: str, sid: str) -> tuple[list[Any], list[Any]]:
+    async with store.database.read(tenant) as conn:
         events = (
             await conn.execute(
                 select(session_events)
@@ -79,13 +76,11 @@ async def _rows(store: AgentSessionStore, tenant: str, sid: str) -> tuple[list[A
 
 
 @pytest.fixture
-def writer(store: AgentSessionStore) -> AgentSessionStore:
+def writer(store: Stores) -> Stores:
     return store
 
 
-async def test_a_run_starts_steps_and_finishes(
-    writer: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_a_run_starts_steps_and_finishes(writer: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
     sid = await _session(writer, t)
     run, started = await _start(writer, t, sid)
@@ -93,7 +88,7 @@ async def test_a_run_starts_steps_and_finishes(
     assert started.session.active_run_id == run.run_id and started.session.status == "running"
     assert [e.seq for e in started.events] == [1]
 
-    step = await writer.append_run_events(
+    step = await writer.runs.append_run_events(
         t,
         run.run_id,
         session_id=sid,
@@ -105,7 +100,7 @@ async def test_a_run_starts_steps_and_finishes(
     assert [e.seq for e in step.events] == [2, 3] and step.run is None
     assert step.events[0].position < step.events[1].position
 
-    end = await writer.append_run_events(
+    end = await writer.runs.append_run_events(
         t,
         run.run_id,
         session_id=sid,
@@ -133,7 +128,7 @@ async def test_a_run_starts_steps_and_finishes(
     ]
 
 
-async def test_refused_starts_write_nothing(writer: AgentSessionStore, tenant: TenantKey) -> None:
+async def test_refused_starts_write_nothing(writer: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
     with pytest.raises(SessionNotFound):
         await _start(writer, t, "no-such-session")
@@ -151,15 +146,13 @@ async def test_refused_starts_write_nothing(writer: AgentSessionStore, tenant: T
     assert len(events) == 1 and len(run_rows) == 1
 
 
-async def test_a_fenced_step_rolls_back_its_reservation(
-    writer: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_a_fenced_step_rolls_back_its_reservation(writer: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
     sid = await _session(writer, t)
     run, _ = await _start(writer, t, sid)
-    assert await writer.fence_run(t, run.run_id, stop_reason="CANCELLED") is not None
+    assert await writer.runs.fence_run(t, run.run_id, stop_reason="CANCELLED") is not None
     with pytest.raises(RunFenced):
-        await writer.append_run_events(
+        await writer.runs.append_run_events(
             t,
             run.run_id,
             session_id=sid,
@@ -167,20 +160,20 @@ async def test_a_fenced_step_rolls_back_its_reservation(
             events=[_event(EventType.STEP_START, run.run_id, turn=1)],
             lease_until=_lease(),
         )
-    session = await writer.get_session(t, sid)
+    session = await writer.ledger.get_session(t, sid)
     assert session is not None and session.last_seq == 1
     events, _ = await _rows(writer, t, sid)
     assert [e.seq for e in events] == [1]
 
 
 async def test_a_step_of_another_tenants_run_is_fenced(
-    writer: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey
+    writer: Stores, tenant: TenantKey, other_tenant: TenantKey
 ) -> None:
     sid = await _session(writer, tenant.tenant_id)
     run, _ = await _start(writer, tenant.tenant_id, sid)
     await _session(writer, other_tenant.tenant_id)
     with pytest.raises((RunFenced, SessionNotFound)):
-        await writer.append_run_events(
+        await writer.runs.append_run_events(
             other_tenant.tenant_id,
             run.run_id,
             session_id=sid,
@@ -193,38 +186,38 @@ async def test_a_step_of_another_tenants_run_is_fenced(
 
 
 async def test_a_start_conditional_on_a_stale_view_is_refused(
-    writer: AgentSessionStore, tenant: TenantKey
+    writer: Stores, tenant: TenantKey
 ) -> None:
     t = tenant.tenant_id
     sid = await _session(writer, t)
-    seen = await writer.get_session(t, sid)
+    seen = await writer.ledger.get_session(t, sid)
     assert seen is not None
-    await writer.append_events(t, sid, events=[_event(EventType.STEP_END, "x", turn=1)])
+    await writer.ledger.append_events(t, sid, events=[_event(EventType.STEP_END, "x", turn=1)])
     with pytest.raises(StaleSession):
         await _start(writer, t, sid, expected=(seen.version, seen.created_at))
     events, run_rows = await _rows(writer, t, sid)
     assert len(events) == 1 and run_rows == []
-    now = await writer.get_session(t, sid)
+    now = await writer.ledger.get_session(t, sid)
     assert now is not None
     run, started = await _start(writer, t, sid, expected=(now.version, now.created_at))
     assert started.session.version == now.version + 1 and run.first_seq == 2
     # A recreated session with the same id and version is another incarnation.
-    await writer.delete_session(t, sid)
+    await writer.ledger.delete_session(t, sid)
     await _session_with_id(writer, t, sid)
-    again = await writer.get_session(t, sid)
+    again = await writer.ledger.get_session(t, sid)
     assert again is not None
     with pytest.raises(StaleSession):
         await _start(writer, t, sid, expected=(again.version, now.created_at))
 
 
-async def _session_with_id(store: AgentSessionStore, tenant: str, sid: str) -> None:
-    await store.create_session(
+async def _session_with_id(store: Stores, tenant: str, sid: str) -> None:
+    await store.ledger.create_session(
         tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
     )
 
 
 async def test_the_sweeper_lists_expired_leases_and_finished_runs_still_holding_a_session(
-    writer: AgentSessionStore, tenant: TenantKey
+    writer: Stores, tenant: TenantKey
 ) -> None:
     """Both kinds of `list_stale_runs` (the second from the partial index of sessions that
     hold a run, migration 0013), and not a live run with a lease ahead of it."""
@@ -232,7 +225,7 @@ async def test_the_sweeper_lists_expired_leases_and_finished_runs_still_holding_
     live, _ = await _start(writer, t, await _session(writer, t))
     expired, _ = await _start(writer, t, await _session(writer, t))
     dangling, _ = await _start(writer, t, await _session(writer, t))
-    async with writer.write(t) as conn:
+    async with writer.database.write(t) as conn:
         await conn.execute(
             runs.update()
             .where(runs.c.tenant_id == t, runs.c.run_id == expired.run_id)
@@ -245,6 +238,6 @@ async def test_the_sweeper_lists_expired_leases_and_finished_runs_still_holding_
             .values(status="completed")
         )
     # Across tenants: other tests' stale runs may come first, so no small limit.
-    stale = {r.run_id for r in await writer.list_stale_runs(limit=100_000)}
+    stale = {r.run_id for r in await writer.maintenance.list_stale_runs(limit=100_000)}
     assert expired.run_id in stale and dangling.run_id in stale
     assert live.run_id not in stale

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.assembly import runtime_over
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.ports import IdempotencyToken, NewSession
 from app.runtime.runs.agent import AgentSpec
@@ -32,9 +33,8 @@ from app.runtime.schedules.service import (
     ScheduleSpec,
     tick_key,
 )
-from app.runtime.session.service import SessionRuntime
 from app.runtime.tools.registry import ToolRegistry
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import TenantKey
 
 T0 = datetime(2100, 1, 4, 12, 0, tzinfo=UTC)
@@ -59,29 +59,31 @@ class Replica:
 
 
 @pytest.fixture
-async def replicas(store: AgentSessionStore) -> AsyncIterator[tuple[Clock, Replica, Replica]]:
+async def replicas(store: Stores) -> AsyncIterator[tuple[Clock, Replica, Replica]]:
     """Two schedulers on one database, as two replicas would be (their own owners)."""
     clock = Clock(T0)
     blueprints = Blueprints({"helper": Blueprint("helper", None, AgentSpec())})
     made = []
     for name in ("a", "b"):
-        runtime = SessionRuntime(store)
+        runtime = runtime_over(store)
         runs = RunManager(
             runtime,
             models={"scripted": ScriptedModel()},
             tools=ToolRegistry(),
             owner=f"replica-{name}-{uuid.uuid4().hex[:6]}",
         )
-        scheduler = Scheduler(store, runtime, runs, blueprints=blueprints, timing=TIMING, now=clock)
+        scheduler = Scheduler(
+            store.schedules, runtime, runs, blueprints=blueprints, timing=TIMING, now=clock
+        )
         made.append(Replica(runs, scheduler))
     yield clock, made[0], made[1]
     for replica in made:
         await replica.runs.shutdown(grace_seconds=5)
 
 
-async def _session(store: AgentSessionStore, tenant: TenantKey) -> str:
+async def _session(store: Stores, tenant: TenantKey) -> str:
     sid = f"s-{uuid.uuid4().hex[:10]}"
-    await store.create_session(
+    await store.ledger.create_session(
         tenant.tenant_id,
         session=NewSession(session_id=sid, metadata={}, agent={}, binding={}),
         events=[],
@@ -89,8 +91,8 @@ async def _session(store: AgentSessionStore, tenant: TenantKey) -> str:
     return sid
 
 
-async def _runs(store: AgentSessionStore, tenant: TenantKey, sid: str) -> list[str]:
-    return [r.run_id for r in await store.list_runs(tenant.tenant_id, sid)]
+async def _runs(store: Stores, tenant: TenantKey, sid: str) -> list[str]:
+    return [r.run_id for r in await store.runs.list_runs(tenant.tenant_id, sid)]
 
 
 async def _settle(replica: Replica) -> None:
@@ -102,7 +104,7 @@ async def _settle(replica: Replica) -> None:
 
 
 async def test_a_due_tick_fires_once_however_many_replicas_race_for_it(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, b = replicas
     sid = await _session(store, tenant)
@@ -126,7 +128,7 @@ async def test_a_due_tick_fires_once_however_many_replicas_race_for_it(
 
 
 async def test_a_claim_whose_replica_died_before_the_start_is_fired_by_another(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, b = replicas
     sid = await _session(store, tenant)
@@ -147,7 +149,7 @@ async def test_a_claim_whose_replica_died_before_the_start_is_fired_by_another(
 
 
 async def test_a_replica_that_died_after_the_start_leaves_no_second_run(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, b = replicas
     sid = await _session(store, tenant)
@@ -172,7 +174,7 @@ async def test_a_replica_that_died_after_the_start_leaves_no_second_run(
 
 @pytest.mark.parametrize(("missed", "runs"), [("skip", 0), ("run_once", 1)])
 async def test_missed_ticks_are_skipped_or_run_once(
-    store: AgentSessionStore,
+    store: Stores,
     tenant: TenantKey,
     replicas: tuple[Clock, Replica, Replica],
     missed: str,
@@ -201,7 +203,7 @@ async def test_missed_ticks_are_skipped_or_run_once(
 
 
 async def test_a_tick_on_a_busy_session_is_skipped(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, _ = replicas
     sid = await _session(store, tenant)
@@ -218,7 +220,7 @@ async def test_a_tick_on_a_busy_session_is_skipped(
 
 
 async def test_an_enqueued_tick_waits_for_the_active_run(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, _ = replicas
     sid = await _session(store, tenant)
@@ -231,13 +233,13 @@ async def test_an_enqueued_tick_waits_for_the_active_run(
     await _settle(a)
     fires = await a.scheduler.fires(tenant.tenant_id, schedule.schedule_id, limit=10)
     assert [f.outcome for f in fires] == ["started"]
-    runs = await store.list_runs(tenant.tenant_id, sid)
+    runs = await store.runs.list_runs(tenant.tenant_id, sid)
     assert {r.run_id for r in runs} == {busy.run_id, fires[0].run_id}
     assert {r.status for r in runs} == {"finished"}
 
 
 async def test_pause_stops_ticks_and_resume_starts_from_now(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, _ = replicas
     sid = await _session(store, tenant)
@@ -255,7 +257,7 @@ async def test_pause_stops_ticks_and_resume_starts_from_now(
 
 
 async def test_a_schedule_paused_while_its_tick_fires_stays_paused(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, _ = replicas
     sid = await _session(store, tenant)
@@ -271,7 +273,7 @@ async def test_a_schedule_paused_while_its_tick_fires_stays_paused(
     fire, _ = await a.scheduler._fire(
         claimed, tick, "schedule", tick_key(claimed.schedule_id, tick)
     )
-    assert await store.finish_schedule_tick(
+    assert await store.schedules.finish_schedule_tick(
         tenant.tenant_id,
         schedule.schedule_id,
         tick_at=tick,
@@ -286,7 +288,7 @@ async def test_a_schedule_paused_while_its_tick_fires_stays_paused(
 
 
 async def test_a_blueprint_schedule_runs_each_tick_on_a_new_session(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, b = replicas
     schedule = await a.scheduler.create(
@@ -302,12 +304,12 @@ async def test_a_blueprint_schedule_runs_each_tick_on_a_new_session(
     assert len(sessions) == 2 and all(f.outcome == "started" for f in fires)
     for sid in sessions:
         assert sid is not None
-        session = await store.get_session(tenant.tenant_id, sid)
+        session = await store.ledger.get_session(tenant.tenant_id, sid)
         assert session is not None and session.metadata == {"schedule_id": schedule.schedule_id}
 
 
 async def test_trigger_fires_now_and_a_keyed_retry_gets_the_same_run(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     _, a, b = replicas
     sid = await _session(store, tenant)
@@ -325,7 +327,7 @@ async def test_trigger_fires_now_and_a_keyed_retry_gets_the_same_run(
 
 
 async def test_due_schedules_are_listed_across_tenants_and_walled_otherwise(
-    store: AgentSessionStore,
+    store: Stores,
     tenant: TenantKey,
     other_tenant: TenantKey,
     replicas: tuple[Clock, Replica, Replica],
@@ -336,7 +338,7 @@ async def test_due_schedules_are_listed_across_tenants_and_walled_otherwise(
     schedule = await a.scheduler.create(
         tenant.tenant_id, ScheduleSpec(session_id=sid, interval_seconds=60)
     )
-    due = await store.list_due_schedules(limit=10_000)
+    due = await store.schedules.list_due_schedules(limit=10_000)
     if (tenant.tenant_id, schedule.schedule_id) not in due:
         # Due by the database's clock: another scheduler on this database (a test app's)
         # may have got to it first, and skipped its missed ticks.
@@ -347,7 +349,7 @@ async def test_due_schedules_are_listed_across_tenants_and_walled_otherwise(
     with pytest.raises(ScheduleNotFound):
         await a.scheduler.delete(other_tenant.tenant_id, schedule.schedule_id)
     await a.scheduler.pause(tenant.tenant_id, schedule.schedule_id)
-    due = await store.list_due_schedules(limit=10_000)
+    due = await store.schedules.list_due_schedules(limit=10_000)
     assert (tenant.tenant_id, schedule.schedule_id) not in due
 
 
@@ -365,7 +367,7 @@ async def test_due_schedules_are_listed_across_tenants_and_walled_otherwise(
     ],
 )
 async def test_bad_schedules_are_refused(
-    store: AgentSessionStore,
+    store: Stores,
     tenant: TenantKey,
     replicas: tuple[Clock, Replica, Replica],
     spec: ScheduleSpec,
@@ -376,7 +378,7 @@ async def test_bad_schedules_are_refused(
 
 
 async def test_a_tick_whose_key_the_tenant_took_fails_and_moves_on(
-    store: AgentSessionStore, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
+    store: Stores, tenant: TenantKey, replicas: tuple[Clock, Replica, Replica]
 ) -> None:
     clock, a, _ = replicas
     sid = await _session(store, tenant)
@@ -385,7 +387,7 @@ async def test_a_tick_whose_key_the_tenant_took_fails_and_moves_on(
     )
     tick = T0 + timedelta(seconds=60)
     taken = IdempotencyToken(key=tick_key(schedule.schedule_id, tick).key, request_hash="other")
-    await store.append_events(tenant.tenant_id, sid, events=[], idempotency=taken)
+    await store.ledger.append_events(tenant.tenant_id, sid, events=[], idempotency=taken)
     clock.advance(60)
     assert await a.scheduler.fire_due(tenant.tenant_id, schedule.schedule_id)
     fires = await a.scheduler.fires(tenant.tenant_id, schedule.schedule_id, limit=10)

@@ -19,7 +19,7 @@ from app.runtime.ports import NewSession
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.webhooks.records import DELIVERED, PENDING, Claim, NewWebhook, Outcome
 from app.store.base import utcnow
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from app.store.tables import webhook_deliveries
 from tests.conftest import TenantKey
 
@@ -52,9 +52,9 @@ def _session(session_id: str, metadata: dict | None = None) -> NewSession:
     return NewSession(session_id=session_id, metadata=metadata or {}, agent={}, binding={})
 
 
-async def _outbox(store: AgentSessionStore, tenant_id: str) -> list[tuple[str, str, int, str]]:
+async def _outbox(store: Stores, tenant_id: str) -> list[tuple[str, str, int, str]]:
     d = webhook_deliveries.c
-    async with store.read(tenant_id) as conn:
+    async with store.database.read(tenant_id) as conn:
         rows = await conn.execute(
             select(d.webhook_id, d.session_id, d.seq, d.event_type)
             .where(d.tenant_id == tenant_id)
@@ -63,44 +63,42 @@ async def _outbox(store: AgentSessionStore, tenant_id: str) -> list[tuple[str, s
         return [tuple(r) for r in rows.all()]
 
 
-async def _claim(store: AgentSessionStore, owner: str, lease_seconds: int) -> list[Claim]:
+async def _claim(store: Stores, owner: str, lease_seconds: int) -> list[Claim]:
     """Everything due, across tenants: the claim takes the oldest due first and other tests
     leave due deliveries in the shared database, so a small limit could stop short of this
     test's rows. Callers keep their own tenant's."""
-    return await store.claim_webhook_deliveries(
+    return await store.webhooks.claim_webhook_deliveries(
         owner=owner, limit=100_000, lease_seconds=lease_seconds
     )
 
 
 @pytest.fixture
-async def hooks(store: AgentSessionStore, tenant: TenantKey) -> AsyncIterator[list[str]]:
+async def hooks(store: Stores, tenant: TenantKey) -> AsyncIterator[list[str]]:
     """The test's subscriptions, deleted afterwards (a claim spans tenants)."""
     made: list[str] = []
     yield made
     for webhook_id in made:
-        await store.delete_webhook(tenant.tenant_id, webhook_id)
+        await store.webhooks.delete_webhook(tenant.tenant_id, webhook_id)
 
 
-async def test_no_subscription_writes_no_outbox_row(
-    store: AgentSessionStore, tenant: TenantKey
-) -> None:
-    await store.create_session(tenant.tenant_id, session=_session("s"), events=_items(3))
+async def test_no_subscription_writes_no_outbox_row(store: Stores, tenant: TenantKey) -> None:
+    await store.ledger.create_session(tenant.tenant_id, session=_session("s"), events=_items(3))
     assert await _outbox(store, tenant.tenant_id) == []
 
 
 async def test_a_matching_event_is_in_the_outbox_in_its_own_transaction(
-    store: AgentSessionStore, tenant: TenantKey, hooks: list[str]
+    store: Stores, tenant: TenantKey, hooks: list[str]
 ) -> None:
     t = tenant.tenant_id
-    await store.create_webhook(t, _hook("wh_items", ["MEMORY_ITEMS_APPENDED"]))
-    await store.create_webhook(t, _hook("wh_all", ["*"]))
-    await store.create_webhook(t, _hook("wh_none", ["RUN_FINISHED"]))
+    await store.webhooks.create_webhook(t, _hook("wh_items", ["MEMORY_ITEMS_APPENDED"]))
+    await store.webhooks.create_webhook(t, _hook("wh_all", ["*"]))
+    await store.webhooks.create_webhook(t, _hook("wh_none", ["RUN_FINISHED"]))
     hooks.extend(["wh_items", "wh_all", "wh_none"])
-    await store.create_session(t, session=_session("s"), events=_items(2))
+    await store.ledger.create_session(t, session=_session("s"), events=_items(2))
     # A write that fails (a stale expected seq) leaves no delivery behind.
     with pytest.raises(SeqConflict):
-        await store.append_events(t, "s", events=_items(1), expected_seq=0)
-    await store.append_events(t, "s", events=_items(1), expected_seq=2)
+        await store.ledger.append_events(t, "s", events=_items(1), expected_seq=0)
+    await store.ledger.append_events(t, "s", events=_items(1), expected_seq=2)
     assert await _outbox(store, t) == [
         ("wh_all", "s", 1, "MEMORY_ITEMS_APPENDED"),
         ("wh_all", "s", 2, "MEMORY_ITEMS_APPENDED"),
@@ -112,21 +110,29 @@ async def test_a_matching_event_is_in_the_outbox_in_its_own_transaction(
 
 
 async def test_session_metadata_and_state_filters_and_fork_prefix(
-    store: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey, hooks: list[str]
+    store: Stores, tenant: TenantKey, other_tenant: TenantKey, hooks: list[str]
 ) -> None:
     t = tenant.tenant_id
-    await store.create_webhook(t, _hook("wh_one", ["*"], session_id="a"))
-    await store.create_webhook(t, _hook("wh_team", ["*"], metadata_filter={"team": "x", "n": 2}))
-    await store.create_webhook(t, _hook("wh_off", ["*"]))
-    await store.update_webhook(t, "wh_off", {"state": "disabled"})
+    await store.webhooks.create_webhook(t, _hook("wh_one", ["*"], session_id="a"))
+    await store.webhooks.create_webhook(
+        t, _hook("wh_team", ["*"], metadata_filter={"team": "x", "n": 2})
+    )
+    await store.webhooks.create_webhook(t, _hook("wh_off", ["*"]))
+    await store.webhooks.update_webhook(t, "wh_off", {"state": "disabled"})
     hooks.extend(["wh_one", "wh_team", "wh_off"])
-    await store.create_session(t, session=_session("a"), events=_items(1))
-    await store.create_session(t, session=_session("b", {"team": "x", "n": 2}), events=_items(1))
-    await store.create_session(t, session=_session("c", {"team": "x", "n": 3}), events=_items(1))
+    await store.ledger.create_session(t, session=_session("a"), events=_items(1))
+    await store.ledger.create_session(
+        t, session=_session("b", {"team": "x", "n": 2}), events=_items(1)
+    )
+    await store.ledger.create_session(
+        t, session=_session("c", {"team": "x", "n": 3}), events=_items(1)
+    )
     # Another tenant's events never reach this tenant's subscriptions.
-    await store.create_session(other_tenant.tenant_id, session=_session("a"), events=_items(1))
+    await store.ledger.create_session(
+        other_tenant.tenant_id, session=_session("a"), events=_items(1)
+    )
     # A fork copies b's event 1 (history, not news); its own new events are delivered.
-    await store.fork_session(
+    await store.ledger.fork_session(
         t,
         "b",
         at_seq=1,
@@ -140,29 +146,29 @@ async def test_session_metadata_and_state_filters_and_fork_prefix(
 
 
 async def test_claims_are_in_order_per_session_and_settle_once(
-    store: AgentSessionStore, tenant: TenantKey, hooks: list[str]
+    store: Stores, tenant: TenantKey, hooks: list[str]
 ) -> None:
     t = tenant.tenant_id
-    await store.create_webhook(t, _hook("wh_order", ["*"]))
+    await store.webhooks.create_webhook(t, _hook("wh_order", ["*"]))
     hooks.append("wh_order")
-    await store.create_session(t, session=_session("s1"), events=_items(3))
-    await store.create_session(t, session=_session("s2"), events=_items(2))
+    await store.ledger.create_session(t, session=_session("s1"), events=_items(3))
+    await store.ledger.create_session(t, session=_session("s2"), events=_items(2))
     claims = [c for c in await _claim(store, OWNER, 60) if c.tenant_id == t]
     # Only the head of each (subscription, session): s1's seq 1 and s2's seq 1.
     assert sorted((c.session_id, c.seq, c.attempts) for c in claims) == [("s1", 1, 1), ("s2", 1, 1)]
     again = await _claim(store, OWNER, 60)
     assert [c for c in again if c.tenant_id == t] == []  # claimed, and the rest wait behind
     head = next(c for c in claims if c.session_id == "s1")
-    work = await store.load_claimed(head)
+    work = await store.webhooks.load_claimed(head)
     assert work is not None and work.event is not None and work.event.seq == 1
     assert work.webhook.secret.startswith("whsec_")
     now = utcnow()
     done = Outcome(status=DELIVERED, attempted_at=now, response_code=204)
     stale = Claim(head.tenant_id, head.webhook_id, head.session_id, head.seq, head.attempts + 1)
-    assert not await store.settle_delivery(stale, owner=OWNER, outcome=done)
-    assert not await store.settle_delivery(head, owner="someone-else", outcome=done)
-    assert await store.settle_delivery(head, owner=OWNER, outcome=done)
-    assert not await store.settle_delivery(head, owner=OWNER, outcome=done)
+    assert not await store.webhooks.settle_delivery(stale, owner=OWNER, outcome=done)
+    assert not await store.webhooks.settle_delivery(head, owner="someone-else", outcome=done)
+    assert await store.webhooks.settle_delivery(head, owner=OWNER, outcome=done)
+    assert not await store.webhooks.settle_delivery(head, owner=OWNER, outcome=done)
     nxt = [c for c in await _claim(store, OWNER, 60) if c.tenant_id == t]
     assert [(c.session_id, c.seq) for c in nxt] == [("s1", 2)]
     # A failed attempt waits for its backoff; a redeliver makes it due at once.
@@ -173,16 +179,16 @@ async def test_claims_are_in_order_per_session_and_settle_once(
         response_code=500,
         error="HTTP 500",
     )
-    assert await store.settle_delivery(nxt[0], owner=OWNER, outcome=retry)
-    log = await store.list_deliveries(t, "wh_order", limit=10)
+    assert await store.webhooks.settle_delivery(nxt[0], owner=OWNER, outcome=retry)
+    log = await store.webhooks.list_deliveries(t, "wh_order", limit=10)
     by_seq = {(d.session_id, d.seq): d for d in log}
     assert by_seq[("s1", 1)].status == DELIVERED and by_seq[("s1", 1)].response_code == 204
     assert by_seq[("s1", 2)].status == PENDING and by_seq[("s1", 2)].last_error == "HTTP 500"
-    hook = await store.get_webhook(t, "wh_order")
+    hook = await store.webhooks.get_webhook(t, "wh_order")
     assert hook is not None and hook.consecutive_failures == 1
     later = await _claim(store, OWNER, 60)
     assert [(c.session_id, c.seq) for c in later if c.tenant_id == t] == []
-    redone = await store.redeliver(t, "wh_order", by_seq[("s1", 2)].event_id)
+    redone = await store.webhooks.redeliver(t, "wh_order", by_seq[("s1", 2)].event_id)
     assert redone is not None and redone.status == PENDING
     now_due = await _claim(store, OWNER, 60)
     assert [(c.session_id, c.seq, c.attempts) for c in now_due if c.tenant_id == t] == [
@@ -191,12 +197,12 @@ async def test_claims_are_in_order_per_session_and_settle_once(
 
 
 async def test_a_lapsed_claim_is_taken_again(
-    store: AgentSessionStore, tenant: TenantKey, hooks: list[str]
+    store: Stores, tenant: TenantKey, hooks: list[str]
 ) -> None:
     t = tenant.tenant_id
-    await store.create_webhook(t, _hook("wh_lapse", ["*"]))
+    await store.webhooks.create_webhook(t, _hook("wh_lapse", ["*"]))
     hooks.append("wh_lapse")
-    await store.create_session(t, session=_session("s"), events=_items(1))
+    await store.ledger.create_session(t, session=_session("s"), events=_items(1))
     first = await _claim(store, "dead", 0)
     assert [(c.seq, c.attempts) for c in first if c.tenant_id == t] == [(1, 1)]
     second = await _claim(store, OWNER, 60)
@@ -204,22 +210,22 @@ async def test_a_lapsed_claim_is_taken_again(
     assert [(c.seq, c.attempts) for c in mine] == [(1, 2)]
     late = Outcome(status=DELIVERED, attempted_at=utcnow(), response_code=200)
     dead_claim = Claim(t, "wh_lapse", "s", 1, 1)
-    assert not await store.settle_delivery(dead_claim, owner="dead", outcome=late)
-    assert await store.settle_delivery(mine[0], owner=OWNER, outcome=late)
+    assert not await store.webhooks.settle_delivery(dead_claim, owner="dead", outcome=late)
+    assert await store.webhooks.settle_delivery(mine[0], owner=OWNER, outcome=late)
 
 
 async def test_retention_drops_settled_deliveries_and_keeps_pending_ones(
-    store: AgentSessionStore, tenant: TenantKey, hooks: list[str]
+    store: Stores, tenant: TenantKey, hooks: list[str]
 ) -> None:
     t = tenant.tenant_id
-    await store.create_webhook(t, _hook("wh_retain", ["*"]))
+    await store.webhooks.create_webhook(t, _hook("wh_retain", ["*"]))
     hooks.append("wh_retain")
-    await store.create_session(t, session=_session("s"), events=_items(2))
+    await store.ledger.create_session(t, session=_session("s"), events=_items(2))
     mine = [c for c in await _claim(store, OWNER, 60) if c.tenant_id == t]
     done = Outcome(status=DELIVERED, attempted_at=utcnow(), response_code=200)
-    assert await store.settle_delivery(mine[0], owner=OWNER, outcome=done)
+    assert await store.webhooks.settle_delivery(mine[0], owner=OWNER, outcome=done)
     later = utcnow() + timedelta(seconds=1)
-    assert await store.delete_settled_deliveries(t, before=later) == 1
-    assert [(d.seq, d.status) for d in await store.list_deliveries(t, "wh_retain", limit=9)] == [
-        (2, PENDING)
-    ]
+    assert await store.maintenance.delete_settled_deliveries(t, before=later) == 1
+    assert [
+        (d.seq, d.status) for d in await store.webhooks.list_deliveries(t, "wh_retain", limit=9)
+    ] == [(2, PENDING)]

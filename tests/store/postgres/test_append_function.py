@@ -22,7 +22,7 @@ from app.runtime.ports import Wakeup
 from app.settings import Settings
 from app.store.announce import CHANNEL, MAX_PAYLOAD_BYTES
 from app.store.engine import make_engine
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from app.store.tables import session_events
 from tests import pgbouncer
 from tests.conftest import TenantKey
@@ -50,14 +50,14 @@ def _count_statements(engine: AsyncEngine) -> list[str]:
 
 
 async def test_an_append_is_one_statement_with_one_transaction_id(
-    own_store: AgentSessionStore, tenant: TenantKey
+    own_store: Stores, tenant: TenantKey
 ) -> None:
     t = tenant.tenant_id
-    await own_store.create_session(t, session=new("s"), events=[step(0)])
-    through_sqlalchemy = _count_statements(own_store.engine)
-    result = await own_store.append_events(t, "s", events=[step(1), step(2), step(3)])
+    await own_store.ledger.create_session(t, session=new("s"), events=[step(0)])
+    through_sqlalchemy = _count_statements(own_store.database.engine)
+    result = await own_store.ledger.append_events(t, "s", events=[step(1), step(2), step(3)])
     assert through_sqlalchemy == []  # the whole append went through the function
-    async with own_store.read(t) as conn:
+    async with own_store.database.read(t) as conn:
         rows = (
             await conn.execute(
                 select(session_events.c.seq, session_events.c.xact_id)
@@ -79,26 +79,26 @@ async def _listener(url: str) -> tuple[asyncpg.Connection, asyncio.Queue[str]]:
 
 
 async def test_notify_only_when_the_append_commits(
-    pg_direct: None, own_store: AgentSessionStore, tenant: TenantKey, database_url: str
+    pg_direct: None, own_store: Stores, tenant: TenantKey, database_url: str
 ) -> None:
     t = tenant.tenant_id
     # 100 characters (the column's limit is 128) but 200 bytes: the limit counts bytes.
     long_id = "é" * (MAX_PAYLOAD_BYTES // 2)
-    await own_store.create_session(t, session=new("s"), events=[step(0)])
-    await own_store.create_session(t, session=new(long_id), events=[step(0)])
+    await own_store.ledger.create_session(t, session=new("s"), events=[step(0)])
+    await own_store.ledger.create_session(t, session=new(long_id), events=[step(0)])
     # The creates' wake-ups are sent first: one coalesced behind the other could otherwise
     # reach the listener below (it did, once, in CI).
-    notifier = own_store.announcer.notifier
+    notifier = own_store.database.announcer.notifier
     assert notifier is not None
     await notifier.flush()
     conn, heard = await _listener(database_url)
     try:
         with pytest.raises(SeqConflict):
-            await own_store.append_events(t, "s", events=[step(1)], expected_seq=5)
+            await own_store.ledger.append_events(t, "s", events=[step(1)], expected_seq=5)
         with pytest.raises(SessionNotFound):
-            await own_store.append_events(t, "nope", events=[step(1)])
-        await own_store.append_events(t, "s", events=[step(1), step(2)])
-        await own_store.append_events(t, long_id, events=[step(1)])
+            await own_store.ledger.append_events(t, "nope", events=[step(1)])
+        await own_store.ledger.append_events(t, "s", events=[step(1), step(2)])
+        await own_store.ledger.append_events(t, long_id, events=[step(1)])
         got = [await asyncio.wait_for(heard.get(), 5) for _ in range(2)]
         # The refused appends sent nothing; the long id falls back to the tenant alone.
         assert got == [f"{t}:s:3", f"{t}:"]
@@ -112,11 +112,11 @@ async def test_a_store_built_with_notify_off_sends_none(
     pg_direct: None, settings: Settings, tenant: TenantKey, database_url: str
 ) -> None:
     engine = make_engine(settings)
-    store = store_for(engine, notify=False)
+    store = open_stores(engine, notify=False)
     conn, heard = await _listener(database_url)
     try:
-        await store.create_session(tenant.tenant_id, session=new("quiet"), events=[])
-        await store.append_events(tenant.tenant_id, "quiet", events=[step(1)])
+        await store.ledger.create_session(tenant.tenant_id, session=new("quiet"), events=[])
+        await store.ledger.append_events(tenant.tenant_id, "quiet", events=[step(1)])
         await asyncio.sleep(0.3)
         assert heard.empty()
     finally:
@@ -133,8 +133,8 @@ async def test_wake_ups_under_load_are_coalesced_and_spaced_by_the_interval(
     t = tenant.tenant_id
     conn, heard = await _listener(database_url)
     try:
-        store = store_for(engine, notify_interval=0.2)
-        notifier = store.announcer.notifier
+        store = open_stores(engine, notify_interval=0.2)
+        notifier = store.database.announcer.notifier
         assert notifier is not None
         notifier.post([Wakeup(t, "a", 1)])
         await asyncio.sleep(0)  # one step of the send's task: it has taken its batch
@@ -147,7 +147,7 @@ async def test_wake_ups_under_load_are_coalesced_and_spaced_by_the_interval(
         assert heard.empty()
 
         # With an interval far longer than the test, what follows a send stays pending.
-        slow = store_for(engine, notify_interval=600).announcer.notifier
+        slow = open_stores(engine, notify_interval=600).database.announcer.notifier
         assert slow is not None
         slow.post([Wakeup(t, "x", 1)])
         await asyncio.sleep(0)
@@ -163,11 +163,11 @@ async def test_wake_ups_under_load_are_coalesced_and_spaced_by_the_interval(
 
 
 async def test_a_dead_connection_surfaces_as_dbapi_error_and_is_replaced(
-    pg_direct: None, own_store: AgentSessionStore, tenant: TenantKey, database_url: str
+    pg_direct: None, own_store: Stores, tenant: TenantKey, database_url: str
 ) -> None:
     t = tenant.tenant_id
-    await own_store.create_session(t, session=new("s"), events=[step(0)])
-    async with own_store.engine.connect() as c:
+    await own_store.ledger.create_session(t, session=new("s"), events=[step(0)])
+    async with own_store.database.engine.connect() as c:
         pid = (await c.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
     killer = await asyncpg.connect(Roles.dsn(database_url))
     try:
@@ -177,9 +177,9 @@ async def test_a_dead_connection_surfaces_as_dbapi_error_and_is_replaced(
     # The pool's idle ping only checks connections idle for a second: this one is handed out
     # as is, and the append is what finds it dead.
     with pytest.raises(DBAPIError) as failed:
-        await own_store.append_events(t, "s", events=[step(1)])
+        await own_store.ledger.append_events(t, "s", events=[step(1)])
     assert failed.value.connection_invalidated
-    result = await own_store.append_events(t, "s", events=[step(1)])
+    result = await own_store.ledger.append_events(t, "s", events=[step(1)])
     assert result.session.last_seq == 2  # the failed append wrote nothing; a new connection
 
 
@@ -212,22 +212,22 @@ async def test_appends_through_pgbouncer_run_in_an_explicit_transaction(
     engine = make_engine(
         Settings(database_url=bouncer_url, db_pgbouncer=True, bootstrap_default_tenant=False)
     )
-    store = store_for(engine)
-    assert store.pgbouncer
+    store = open_stores(engine)
+    assert store.database.pgbouncer
     t = tenant.tenant_id
     try:
         for k in range(4):
-            await store.create_session(t, session=new(f"b{k}"), events=[step(0)])
+            await store.ledger.create_session(t, session=new(f"b{k}"), events=[step(0)])
 
         async def writer(k: int) -> None:
             for i in range(15):
-                await store.append_events(t, f"b{k % 4}", events=[step(i), step(i)])
+                await store.ledger.append_events(t, f"b{k % 4}", events=[step(i), step(i)])
 
         await asyncio.gather(*(writer(k) for k in range(12)))
         with pytest.raises(SeqConflict):
-            await store.append_events(t, "b0", events=[step(0)], expected_seq=1)
+            await store.ledger.append_events(t, "b0", events=[step(0)], expected_seq=1)
         for k in range(4):
-            events = await store.list_events(t, f"b{k}")
+            events = await store.ledger.list_events(t, f"b{k}")
             assert [e.seq for e in events] == list(range(1, 1 + 1 + 3 * 15 * 2))
     finally:
         await engine.dispose()

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from app.store.postgres.install import SOURCES, function_body, function_name
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from tests.conftest import PG_ENV
 
 pytestmark = pytest.mark.skipif(
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-async def test_the_database_holds_exactly_the_sources(store: AgentSessionStore) -> None:
-    async with store.engine.connect() as conn:
+async def test_the_database_holds_exactly_the_sources(store: Stores) -> None:
+    async with store.database.engine.connect() as conn:
         rows = (
             await conn.execute(
                 text(

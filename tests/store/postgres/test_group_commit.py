@@ -15,13 +15,13 @@ from sqlalchemy.exc import DBAPIError
 from app.runtime.errors import SeqConflict, SessionNotFound
 from app.runtime.ports import NewSession
 from app.runtime.session.events import EventType, NewEvent
-from app.store.store import AgentSessionStore
+from app.store.stores import Stores
 from app.store.tables import session_events
 from tests.conftest import TenantKey
 
 
 @pytest.fixture
-def pg(store: AgentSessionStore) -> AgentSessionStore:
+def pg(store: Stores) -> Stores:
     if not store.dialect == "postgresql":
         pytest.skip("group commit is PostgreSQL's (SQLite has one writer at a time)")
     return store
@@ -44,46 +44,48 @@ def _event(i: int) -> NewEvent:
     return NewEvent(EventType.STEP_END, {"turn": i, "text": "x" * (i % 7)})
 
 
-async def _session(store: AgentSessionStore, tenant: str) -> str:
+async def _session(store: Stores, tenant: str) -> str:
     sid = f"g-{uuid.uuid4().hex[:10]}"
-    await store.create_session(
+    await store.ledger.create_session(
         tenant, session=NewSession(session_id=sid, metadata={}, agent={}, binding={}), events=[]
     )
     return sid
 
 
 async def test_concurrent_appends_are_batched_gapless_and_in_order(
-    pg: AgentSessionStore, tenant: TenantKey, other_tenant: TenantKey
+    pg: Stores, tenant: TenantKey, other_tenant: TenantKey
 ) -> None:
     t, u = tenant.tenant_id, other_tenant.tenant_id
     sessions = [(t, await _session(pg, t)) for _ in range(3)] + [(u, await _session(pg, u))]
     calls = 0
-    original = pg.append_groups._batch
+    original = pg.ledger.writes.append_groups._batch
 
     async def counting(items: list[tuple[Any, ...]]) -> dict[int, Any]:
         nonlocal calls
         calls += 1
         return await original(items)
 
-    pg.append_groups._batch = counting  # type: ignore[method-assign]
+    pg.ledger.writes.append_groups._batch = counting  # type: ignore[method-assign]
     try:
 
         async def writer(w: int) -> list[int]:
             tenant_id, sid = sessions[w % len(sessions)]
             seqs = []
             for i in range(25):
-                result = await pg.append_events(tenant_id, sid, events=[_event(i)] * (1 + i % 3))
+                result = await pg.ledger.append_events(
+                    tenant_id, sid, events=[_event(i)] * (1 + i % 3)
+                )
                 seqs.extend(e.seq for e in result.events)
             return seqs
 
         results = await asyncio.gather(*(writer(w) for w in range(16)))
     finally:
-        del pg.append_groups._batch
+        del pg.ledger.writes.append_groups._batch
     assert calls > 0  # 16 writers on a limit of 2 calls in flight: some appends shared one
     for k, (tenant_id, sid) in enumerate(sessions):
         mine = sorted(s for w, seqs in enumerate(results) if w % len(sessions) == k for s in seqs)
         assert mine == list(range(1, len(mine) + 1))  # every seq once, no gap
-        async with pg.read(tenant_id) as conn:
+        async with pg.database.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
                     select(session_events.c.seq, session_events.c.position)
@@ -99,9 +101,7 @@ async def test_concurrent_appends_are_batched_gapless_and_in_order(
         assert positions == sorted(positions)  # positions follow seqs within a session
 
 
-async def test_a_batch_reports_each_item_as_if_alone(
-    pg: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_a_batch_reports_each_item_as_if_alone(pg: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
     sid = await _session(pg, t)
     now = datetime.now(UTC)
@@ -117,7 +117,7 @@ async def test_a_batch_reports_each_item_as_if_alone(
             *(None,) * 7,  # no Idempotency-Key, metadata or snapshot
         )
 
-    rows = await pg.append_groups._batch(
+    rows = await pg.ledger.writes.append_groups._batch(
         [args(sid, 0), args(sid, 0), args("missing", None), args(sid, 1), args(sid, None)]
     )
     assert rows[1]["appended"] and rows[1]["last_seq"] == 1
@@ -129,7 +129,7 @@ async def test_a_batch_reports_each_item_as_if_alone(
 
 
 async def test_a_batch_or_append_sent_again_after_its_commit_applies_nothing_twice(
-    pg: AgentSessionStore, tenant: TenantKey
+    pg: Stores, tenant: TenantKey
 ) -> None:
     """A reply lost after the commit makes the group commit re-send a batch's items one by
     one: their event ids are a write token, so what committed is reported, not re-applied."""
@@ -141,23 +141,21 @@ async def test_a_batch_or_append_sent_again_after_its_commit_applies_nothing_twi
         return (t, session, None, None, now, _events("{}", "{}"), *(None,) * 7)
 
     items = [args(a), args(b), args(a)]
-    first = await pg.append_groups._batch(items)
-    again = await pg.append_groups._batch(items)
-    alone = [await pg.append_groups._single(item) for item in items]
+    first = await pg.ledger.writes.append_groups._batch(items)
+    again = await pg.ledger.writes.append_groups._batch(items)
+    alone = [await pg.ledger.writes.append_groups._single(item) for item in items]
     for i in (1, 2, 3):
         assert again[i]["appended"] and again[i]["first_seq"] == first[i]["first_seq"]
         assert again[i]["positions"] == first[i]["positions"]
         assert alone[i - 1]["first_seq"] == first[i]["first_seq"]
-    assert [e.seq for e in await pg.list_events(t, a)] == [1, 2, 3, 4]
-    assert [e.seq for e in await pg.list_events(t, b)] == [1, 2]
+    assert [e.seq for e in await pg.ledger.list_events(t, a)] == [1, 2, 3, 4]
+    assert [e.seq for e in await pg.ledger.list_events(t, b)] == [1, 2]
 
 
-async def test_a_failing_batch_is_retried_item_by_item(
-    pg: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_a_failing_batch_is_retried_item_by_item(pg: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
     good, bad = await _session(pg, t), await _session(pg, t)
-    groups = pg.append_groups
+    groups = pg.ledger.writes.append_groups
     now = datetime.now(UTC)
 
     def args(session: str, payload: str) -> tuple[Any, ...]:
@@ -182,8 +180,7 @@ async def test_a_failing_batch_is_retried_item_by_item(
     groups._single = held  # type: ignore[method-assign]
     try:
         blockers = [
-            asyncio.create_task(groups.append(args(good, "{}")))
-            for _ in range(groups.max_inflight)
+            asyncio.create_task(groups.append(args(good, "{}"))) for _ in range(groups.max_inflight)
         ]
         await asyncio.sleep(0.05)
         queued = [
@@ -199,22 +196,20 @@ async def test_a_failing_batch_is_retried_item_by_item(
         del groups._single
     assert isinstance(broken, DBAPIError)
     assert first["appended"] and third["appended"]
-    session = await pg.get_session(t, good)
+    session = await pg.ledger.get_session(t, good)
     assert session is not None and session.last_seq == groups.max_inflight + 2
-    assert (await pg.get_session(t, bad)).last_seq == 0  # type: ignore[union-attr]
+    assert (await pg.ledger.get_session(t, bad)).last_seq == 0  # type: ignore[union-attr]
 
 
-async def test_refusals_through_the_store_are_unchanged(
-    pg: AgentSessionStore, tenant: TenantKey
-) -> None:
+async def test_refusals_through_the_store_are_unchanged(pg: Stores, tenant: TenantKey) -> None:
     t = tenant.tenant_id
     sid = await _session(pg, t)
 
     async def conflicting() -> None:
-        await pg.append_events(t, sid, events=[_event(1)], expected_seq=0)
+        await pg.ledger.append_events(t, sid, events=[_event(1)], expected_seq=0)
 
     outcomes = await asyncio.gather(*(conflicting() for _ in range(8)), return_exceptions=True)
     assert sum(o is None for o in outcomes) == 1
     assert all(isinstance(o, SeqConflict) for o in outcomes if o is not None)
     with pytest.raises(SessionNotFound):
-        await pg.append_events(t, "no-such-session", events=[_event(1)])
+        await pg.ledger.append_events(t, "no-such-session", events=[_event(1)])

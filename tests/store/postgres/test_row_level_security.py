@@ -34,7 +34,7 @@ from sqlalchemy import select, text, update
 from app.main import create_app
 from app.runtime.access.accounts import Accounts
 from app.runtime.errors import TenantAlreadyExists, Unauthorized
-from app.runtime.ports import FireRecord, IdempotencyToken, NewSession
+from app.runtime.ports import FireRecord, IdempotencyToken, NewRun, NewSession
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.runtime.webhooks.records import NewWebhook
@@ -43,7 +43,7 @@ from app.settings import Settings
 from app.store.base import NO_TENANT, utcnow
 from app.store.engine import make_engine
 from app.store.postgres.install import CROSS_TENANT, function_name
-from app.store.store import AgentSessionStore, store_for
+from app.store.stores import Stores, open_stores
 from app.store.tables import metadata, sessions
 from tests.conftest import (
     PG_ENV,
@@ -85,10 +85,10 @@ def roles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Roles]:
 
 
 @pytest.fixture
-async def app_store(roles: Roles) -> AsyncIterator[AgentSessionStore]:
+async def app_store(roles: Roles) -> AsyncIterator[Stores]:
     """The store as the service runs it, on one pooled connection (R19 case 2)."""
     engine = make_engine(Settings(database_url=roles.app_url, db_pool_size=1, db_max_overflow=0))
-    yield store_for(engine)
+    yield open_stores(engine)
     await engine.dispose()
 
 
@@ -102,9 +102,9 @@ def _items(n: int, tag: str) -> list[NewEvent]:
     ]
 
 
-async def _tenant_with_session(store: AgentSessionStore, n: int) -> TenantKey:
+async def _tenant_with_session(store: Stores, n: int) -> TenantKey:
     tenant = await make_tenant(store)
-    await store.create_session(
+    await store.ledger.create_session(
         tenant.tenant_id,
         session=NewSession(session_id="s", metadata={}, agent={}, binding={}),
         events=_items(n, tenant.name),
@@ -160,11 +160,11 @@ async def test_catalog_app_role_is_walled_and_every_tenant_table_forces_rls(role
 
 
 async def test_raw_select_sees_only_the_transactions_tenant(
-    roles: Roles, app_store: AgentSessionStore
+    roles: Roles, app_store: Stores
 ) -> None:
     a = await _tenant_with_session(app_store, 5)
     b = await _tenant_with_session(app_store, 3)
-    a_events = await app_store.list_events(a.tenant_id, "s")
+    a_events = await app_store.ledger.list_events(a.tenant_id, "s")
     conn = await asyncpg.connect(Roles.dsn(roles.app_url))
     try:
         async with conn.transaction():
@@ -197,27 +197,29 @@ async def test_raw_select_sees_only_the_transactions_tenant(
             await conn.execute("ALTER TABLE session_events DISABLE ROW LEVEL SECURITY")
     finally:
         await conn.close()
-    assert await app_store.list_events(a.tenant_id, "s") == a_events
+    assert await app_store.ledger.list_events(a.tenant_id, "s") == a_events
 
 
 async def test_pooled_connection_and_a_query_without_its_tenant_filter(
-    app_store: AgentSessionStore,
+    app_store: Stores,
 ) -> None:
     a = await _tenant_with_session(app_store, 2)
     b = await _tenant_with_session(app_store, 2)
     # R19 (2): A's request, then B's, on the one pooled connection.
-    assert [s.session_id for s in await app_store.list_sessions(a.tenant_id, limit=10)] == ["s"]
-    async with app_store.read(b.tenant_id) as conn:
+    assert [s.session_id for s in await app_store.ledger.list_sessions(a.tenant_id, limit=10)] == [
+        "s"
+    ]
+    async with app_store.database.read(b.tenant_id) as conn:
         # R19 (3): a query that forgets `WHERE tenant_id` still sees only B's rows.
         forgot = (await conn.execute(select(sessions.c.tenant_id))).scalars().all()
         assert set(forgot) == {b.tenant_id}
     # A transaction on that connection that names no tenant sees no rows at all.
-    async with app_store.engine.connect() as conn, conn.begin():
+    async with app_store.database.engine.connect() as conn, conn.begin():
         setting = await conn.execute(text("SELECT current_setting('app.tenant_id', true)"))
         assert setting.scalar_one() in (None, "")
         assert (await conn.execute(text("SELECT count(*) FROM sessions"))).scalar_one() == 0
     # Nor does one that says so with NO_TENANT: no value lifts the wall (see below).
-    async with app_store.read(NO_TENANT) as conn:
+    async with app_store.database.read(NO_TENANT) as conn:
         assert (await conn.execute(select(sessions.c.tenant_id))).all() == []
 
 
@@ -239,7 +241,7 @@ def test_the_service_runs_as_the_app_role(roles: Roles, tmp_path: Path) -> None:
     async def tenants() -> tuple[TenantKey, TenantKey, str]:
         engine = make_engine(Settings(database_url=roles.app_url))
         try:
-            store = store_for(engine)
+            store = open_stores(engine)
             other = await _tenant_with_session(store, 1)
             # Its owner died: the lease has expired, and no request of this tenant's will
             # bring the server near it before the sweeper does.
@@ -282,7 +284,7 @@ def test_the_service_runs_as_the_app_role(roles: Roles, tmp_path: Path) -> None:
 
 
 async def test_the_append_function_runs_with_the_callers_rights(
-    roles: Roles, app_store: AgentSessionStore
+    roles: Roles, app_store: Stores
 ) -> None:
     """Migration 0005's asr_append_events is SECURITY INVOKER, so the policies bind the app
     role inside it too; its tenant scope ends with its own transaction."""
@@ -300,11 +302,11 @@ async def test_the_append_function_runs_with_the_callers_rights(
     assert row["owner"] == roles.owner
     a = await _tenant_with_session(app_store, 1)
     b = await _tenant_with_session(app_store, 1)
-    appended = await app_store.append_events(a.tenant_id, "s", events=_items(2, "x"))
+    appended = await app_store.ledger.append_events(a.tenant_id, "s", events=_items(2, "x"))
     assert [e.seq for e in appended.events] == [2, 3]
-    assert len(await app_store.list_events(b.tenant_id, "s")) == 1  # B's ledger untouched
+    assert len(await app_store.ledger.list_events(b.tenant_id, "s")) == 1  # B's ledger untouched
     # The one pooled connection: the append's tenant did not outlive its transaction.
-    async with app_store.engine.connect() as c, c.begin():
+    async with app_store.database.engine.connect() as c, c.begin():
         setting = await c.execute(text("SELECT current_setting('app.tenant_id', true)"))
         assert setting.scalar_one() in (None, "")
         assert (await c.execute(text("SELECT count(*) FROM session_events"))).scalar_one() == 0
@@ -333,21 +335,18 @@ _NOTHING = {table: set[str]() for table in TENANT_TABLES}
 
 
 async def _start_run(
-    store: AgentSessionStore, tenant_id: str, session_id: str, *, lease_until: datetime
+    store: Stores, tenant_id: str, session_id: str, *, lease_until: datetime
 ) -> str:
     run_id = f"run_{uuid.uuid4().hex}"
-    values = store.run_values(
-        tenant_id,
-        session_id,
+    run = NewRun(
         run_id=run_id,
         input={"text": "hi"},
         options={"mode": "wait"},
         owner="a-replica-that-died",
         lease_until=lease_until,
-        idempotency=None,
     )
     started = NewEvent(EventType.RUN_STARTED, {"input": "hi"}, run_id, f"{run_id}.t1")
-    await store.start_run(tenant_id, session_id, values=values, start_events=[started])
+    await store.runs.start_run(tenant_id, session_id, run=run, start_events=[started])
     return run_id
 
 
@@ -367,12 +366,12 @@ _SCHEDULE = {
 }
 
 
-async def _tenant_in_every_table(store: AgentSessionStore) -> TenantKey:
+async def _tenant_in_every_table(store: Stores) -> TenantKey:
     """A tenant with rows in every tenant table: a key, a session with events, a snapshot,
     an Idempotency-Key, a live run, a webhook subscription with a delivery, and a schedule
     with a fire."""
     tenant = await make_tenant(store)
-    await store.create_webhook(
+    await store.webhooks.create_webhook(
         tenant.tenant_id,
         NewWebhook(
             webhook_id="wh",
@@ -384,22 +383,24 @@ async def _tenant_in_every_table(store: AgentSessionStore) -> TenantKey:
             secret="whsec_" + "A" * 44,
         ),
     )
-    await store.create_session(
+    await store.ledger.create_session(
         tenant.tenant_id,
         session=NewSession(session_id="s", metadata={}, agent={}, binding={}),
         events=_items(2, tenant.name),
     )
-    await store.save_snapshot(tenant.tenant_id, "s", seq=2, kind="save", state={"seq": 2})
+    await store.ledger.save_snapshot(tenant.tenant_id, "s", seq=2, kind="save", state={"seq": 2})
     token = IdempotencyToken(key=f"k-{tenant.name}", request_hash="h")
-    await store.append_events(tenant.tenant_id, "s", events=_items(1, "k"), idempotency=token)
+    await store.ledger.append_events(
+        tenant.tenant_id, "s", events=_items(1, "k"), idempotency=token
+    )
     await _start_run(store, tenant.tenant_id, "s", lease_until=utcnow() + timedelta(minutes=5))
     now = utcnow()
-    schedule = await store.create_schedule(
+    schedule = await store.schedules.create_schedule(
         tenant.tenant_id,
         values={**_SCHEDULE, "anchor_at": now, "next_fire_at": now + timedelta(minutes=1)},
     )
     fire = FireRecord("sch", now, "manual", "skipped", "run_in_progress", 1, None, "s", now)
-    await store.append_schedule_fire(tenant.tenant_id, fire)
+    await store.schedules.append_schedule_fire(tenant.tenant_id, fire)
     assert schedule.schedule_id == "sch"
     return tenant
 
@@ -417,7 +418,7 @@ def _prefix(tenant: TenantKey) -> str:
 
 
 async def test_issue_17_the_app_role_sees_only_the_tenant_it_names_whatever_it_sets(
-    roles: Roles, app_store: AgentSessionStore
+    roles: Roles, app_store: Stores
 ) -> None:
     a = await _tenant_in_every_table(app_store)
     b = await _tenant_in_every_table(app_store)
@@ -479,11 +480,11 @@ async def test_issue_17_the_app_role_sees_only_the_tenant_it_names_whatever_it_s
     finally:
         await conn.close()
     for tenant in (a, b):
-        assert await app_store.get_idempotency_key(tenant.tenant_id, f"k-{tenant.name}")
+        assert await app_store.idempotency.get_idempotency_key(tenant.tenant_id, f"k-{tenant.name}")
 
 
 async def test_issue_17_the_app_role_cannot_assume_the_cross_tenant_reach(
-    roles: Roles, app_store: AgentSessionStore
+    roles: Roles, app_store: Stores
 ) -> None:
     a = await make_tenant(app_store)
     conn = await asyncpg.connect(Roles.dsn(roles.app_url))
@@ -536,30 +537,30 @@ async def test_the_cross_tenant_functions_are_narrow_security_definers(roles: Ro
 
 
 async def test_issue_17_auth_and_key_revocation_span_tenants_as_the_app_role(
-    app_store: AgentSessionStore,
+    app_store: Stores,
 ) -> None:
     a = await make_tenant(app_store)
     b = await make_tenant(app_store)
-    accounts = Accounts(app_store)
+    accounts = Accounts(app_store.accounts)
     for tenant in (a, b):
         assert (await accounts.authenticate(tenant.key)).tenant_id == tenant.tenant_id
     prefixes = {_prefix(a), _prefix(b)}
-    assert await app_store.list_live_key_prefixes(prefixes) == prefixes
+    assert await app_store.accounts.list_live_key_prefixes(prefixes) == prefixes
     await accounts.revoke_key(b.key)  # `asr key revoke`: the key's tenant is looked up
     with pytest.raises(Unauthorized):
-        await Accounts(app_store).authenticate(b.key)
-    assert await app_store.list_live_key_prefixes(prefixes) == {_prefix(a)}
-    assert not await app_store.revoke_api_key(_prefix(b))
+        await Accounts(app_store.accounts).authenticate(b.key)
+    assert await app_store.accounts.list_live_key_prefixes(prefixes) == {_prefix(a)}
+    assert not await app_store.accounts.revoke_api_key(_prefix(b))
     assert (await accounts.authenticate(a.key)).tenant_id == a.tenant_id
     # The operators' tenant lookups; a name another tenant holds is refused even though
     # the new tenant's transaction cannot see that tenant's row.
-    found = await app_store.get_tenant_by_name(b.name)
+    found = await app_store.accounts.get_tenant_by_name(b.name)
     assert found is not None and found.tenant_id == b.tenant_id
-    listed = await app_store.list_tenants()
+    listed = await app_store.accounts.list_tenants()
     assert {a.name, b.name} <= {t.name for t in listed}  # the module's database is shared
-    assert len(listed) == await app_store.count_tenants()
+    assert len(listed) == await app_store.accounts.count_tenants()
     with pytest.raises(TenantAlreadyExists):
-        await app_store.create_tenant(a.name)
+        await app_store.accounts.create_tenant(a.name)
 
 
 async def test_issue_17_the_sweeper_interrupts_any_tenants_expired_run_as_the_app_role(
@@ -567,19 +568,19 @@ async def test_issue_17_the_sweeper_interrupts_any_tenants_expired_run_as_the_ap
 ) -> None:
     application = create_app(Settings(database_url=roles.app_url, bootstrap_default_tenant=False))
     async with application.router.lifespan_context(application):
-        store: AgentSessionStore = services_of(application).store
+        store: Stores = services_of(application).stores
         b = await _tenant_with_session(store, 1)
         past = utcnow() - timedelta(seconds=1)
         run_id = await _start_run(store, b.tenant_id, "s", lease_until=past)
-        assert run_id in {r.run_id for r in await store.list_stale_runs()}
+        assert run_id in {r.run_id for r in await store.maintenance.list_stale_runs()}
         await services_of(application).runs.sweep_once()
-        run = await store.get_run(b.tenant_id, run_id)
+        run = await store.runs.get_run(b.tenant_id, run_id)
         assert run is not None and run.status == "interrupted"
-        session = await store.get_session(b.tenant_id, "s")
+        session = await store.ledger.get_session(b.tenant_id, "s")
         assert session is not None and session.active_run_id is None
-        types = [e.type for e in await store.list_events(b.tenant_id, "s")]
+        types = [e.type for e in await store.ledger.list_events(b.tenant_id, "s")]
         assert types[-2:] == ["AUTO_STOP", "RUN_FINISHED"]
-        assert run_id not in {r.run_id for r in await store.list_stale_runs()}
+        assert run_id not in {r.run_id for r in await store.maintenance.list_stale_runs()}
 
 
 async def test_issue_20_the_scheduler_fires_any_tenants_due_tick_as_the_app_role(
@@ -591,11 +592,11 @@ async def test_issue_20_the_scheduler_fires_any_tenants_due_tick_as_the_app_role
         )
     )
     async with application.router.lifespan_context(application):
-        store: AgentSessionStore = services_of(application).store
+        store: Stores = services_of(application).stores
         b = await _tenant_with_session(store, 1)
         scheduler = services_of(application).scheduler
         anchor = utcnow() - timedelta(seconds=3601)  # its first tick was a second ago
-        made = await store.create_schedule(
+        made = await store.schedules.create_schedule(
             b.tenant_id,
             values={
                 **_SCHEDULE,
@@ -605,49 +606,59 @@ async def test_issue_20_the_scheduler_fires_any_tenants_due_tick_as_the_app_role
                 "next_fire_at": anchor + timedelta(seconds=3600),
             },
         )
-        assert (b.tenant_id, made.schedule_id) in await store.list_due_schedules(limit=10_000)
+        assert (b.tenant_id, made.schedule_id) in await store.schedules.list_due_schedules(
+            limit=10_000
+        )
         assert await scheduler.fire_due_once() >= 1
         fires = await scheduler.fires(b.tenant_id, made.schedule_id, limit=10)
         assert [f.outcome for f in fires] == ["started"]
-        assert (b.tenant_id, made.schedule_id) not in await store.list_due_schedules(limit=10_000)
+        assert (b.tenant_id, made.schedule_id) not in await store.schedules.list_due_schedules(
+            limit=10_000
+        )
 
 
 async def test_issue_17_expired_idempotency_keys_are_swept_as_the_app_role(
-    app_store: AgentSessionStore,
+    app_store: Stores,
 ) -> None:
     # A store whose keys expire at once writes the old ones (the sweep judges by the
     # database's clock, which has moved on by then).
-    expiring = store_for(app_store.engine, notify=False, idempotency_ttl_seconds=0)
+    expiring = open_stores(app_store.database.engine, notify=False, idempotency_ttl_seconds=0)
     a = await _tenant_with_session(app_store, 1)
     b = await _tenant_with_session(app_store, 1)
     for tenant in (a, b):
         for store, key in ((expiring, "old"), (app_store, "new")):
             token = IdempotencyToken(key=key, request_hash="h")
             events = _items(1, key)
-            await store.append_events(tenant.tenant_id, "s", events=events, idempotency=token)
-    assert await app_store.delete_expired_idempotency_keys() == 2
+            await store.ledger.append_events(
+                tenant.tenant_id, "s", events=events, idempotency=token
+            )
+    assert await app_store.maintenance.delete_expired_idempotency_keys() == 2
     for tenant in (a, b):
-        async with app_store.read(tenant.tenant_id) as conn:
+        async with app_store.database.read(tenant.tenant_id) as conn:
             keys = (await conn.execute(text("SELECT key FROM idempotency_keys"))).scalars().all()
         assert keys == ["new"]
 
 
 async def test_issue_17_retention_spans_every_tenant_as_the_app_role(
-    app_store: AgentSessionStore,
+    app_store: Stores,
 ) -> None:
     a = await _tenant_with_session(app_store, 2)
     b = await _tenant_with_session(app_store, 2)
     for tenant in (a, b):
-        async with app_store.write(tenant.tenant_id) as conn:
+        async with app_store.database.write(tenant.tenant_id) as conn:
             await conn.execute(
                 update(sessions)
                 .where(sessions.c.tenant_id == tenant.tenant_id)
                 .values(updated_at=utcnow() - timedelta(days=40))
             )
-    report = await apply_retention(app_store, RetentionPolicy(idle_days=30, keep_snapshots=1))
+    report = await apply_retention(
+        app_store.maintenance,
+        RetentionPolicy(idle_days=30, keep_snapshots=1),
+        tenants=app_store.accounts,
+    )
     assert sorted(report.sessions_erased) == sorted([(a.tenant_id, "s"), (b.tenant_id, "s")])
     for tenant in (a, b):
-        assert await app_store.get_session(tenant.tenant_id, "s") is None
+        assert await app_store.ledger.get_session(tenant.tenant_id, "s") is None
 
 
 def test_issue_17_the_admin_cli_works_as_the_app_role(roles: Roles) -> None:
