@@ -1,4 +1,4 @@
-"""Every table of DESIGN section 2, in SQLAlchemy Core.
+"""Every table of the service (docs/ARCHITECTURE.md), in SQLAlchemy Core.
 
 Every key starts with `tenant_id` (api_keys is looked up by its public prefix before the
 tenant is known, so its key is `key_id`, with `tenant_id` indexed). JSON columns are JSONB

@@ -174,7 +174,7 @@ class TenantCursor:
     """A point in a tenant's whole timeline: (writing transaction id, global position).
 
     Readers only pass rows whose transaction is older than every one still running, so the
-    cursor only ever moves over a prefix that can no longer change (DESIGN section 9). On
+    cursor only ever moves over a prefix that can no longer change. On
     SQLite the transaction id is 0: one writer at a time makes position order commit order.
     """
 

@@ -203,7 +203,7 @@ class IdempotencyPort(Protocol):
 
 
 class RunPort(Protocol):
-    """The run rows and the writes that go with them (DESIGN §9): leases, fences, the
+    """The run rows and the writes that go with them: leases, fences, the
     events a run writes (the run store). `SessionRuntime` is its only caller."""
 
     async def start_run(

@@ -620,7 +620,7 @@ class SessionRuntime:
         return AppendResult(session=loaded.session, events=events)
 
     # --------------------------------------------------------------------- runs
-    # The run rows (DESIGN §9) are written here too, so that the store has one caller and
+    # The run rows are written here too, so that the store has one caller and
     # the state cache one owner; `app.runtime.runs` decides what to write and when.
 
     async def start_run(
