@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app.api.http.metrics import Metrics
 from app.live.bus import EventBus
 from app.live.listener import make_bus
 from app.live.run_follow import RunStreams
 from app.live.stream_response import StreamSlots
+from app.metrics import Metrics
 from app.runtime.access.accounts import Accounts
 from app.runtime.access.revocation import RevocationWatch
 from app.runtime.access.stream_tokens import StreamTokens

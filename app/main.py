@@ -27,13 +27,13 @@ from fastapi import FastAPI
 from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
-from app.api.http.metrics import Metrics
 from app.api.http.problems import install_problem_handlers
 from app.api.openapi.document import install_openapi, operation_id
 from app.api.routes import include_routers
 from app.api.streams.revocation import StreamRevocationMiddleware
 from app.assembly import open_services
 from app.live.stream_response import StreamShutdown
+from app.metrics import Metrics
 from app.settings import Settings, get_settings, split_origins
 from app.store.outage import OUTAGES
 from app.tracing import configure_tracing

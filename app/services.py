@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 
     from starlette.applications import Starlette
 
-    from app.api.http.metrics import Metrics
     from app.live.bus import EventBus
     from app.live.run_follow import RunStreams
     from app.live.stream_response import StreamSlots
+    from app.metrics import Metrics
     from app.runtime.access.accounts import Accounts
     from app.runtime.access.revocation import RevocationWatch
     from app.runtime.access.stream_tokens import StreamTokens

@@ -1,7 +1,7 @@
 """`Observer`: what the runtime and the store report for metrics, without knowing Prometheus.
 
 The runtime imports neither FastAPI nor a metrics library; it calls these methods on the
-observer it was given (`NullObserver` by default). `app.api.http.metrics.Metrics` implements the
+observer it was given (`NullObserver` by default). `app.metrics.Metrics` implements the
 protocol with prometheus-client. Every argument is a bounded value (an event type, a stop
 reason, a provider name): never a tenant, session or run id, so a label can never grow
 without bound or carry a secret.

@@ -26,8 +26,8 @@ from typing import Any
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.http.metrics import UNMATCHED_ROUTE, Metrics
 from app.logs import log_context
+from app.metrics import UNMATCHED_ROUTE, Metrics
 from app.runtime.observer import sse_stream
 
 log = logging.getLogger("app.access")

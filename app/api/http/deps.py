@@ -10,10 +10,10 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.api.http.metrics import Metrics
 from app.live.run_follow import RunStreams
 from app.live.stream_response import StreamSlots
 from app.logs import bind
+from app.metrics import Metrics
 from app.runtime.access.accounts import Accounts, Principal
 from app.runtime.access.stream_tokens import StreamGrant, StreamTokens
 from app.runtime.errors import ProcessesDisabled, Unauthorized

@@ -20,8 +20,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api.http.deps import MetricsDep, ServicesDep
-from app.api.http.metrics import CONTENT_TYPE
 from app.api.http.problems import problem_response, problem_responses
+from app.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["operations"])
 
