@@ -191,10 +191,16 @@ class Server:
 
 
 def start_server(
-    database_url: str, log_path: Path, *, ready_seconds: float = 30, **env: str
+    database_url: str,
+    log_path: Path,
+    *,
+    ready_seconds: float = 30,
+    nofile: int | None = None,
+    **env: str,
 ) -> Server:
     """A real `asr serve` (uvicorn) on a free loopback port, ready when this returns (or
     RuntimeError after `ready_seconds`: a busy machine may need more than the default).
+    `nofile` runs it under that descriptor limit (`ulimit -n`, soft and hard).
 
     The scheduler and the webhook deliverer are off unless `env` turns them on: both claim
     work across tenants, and on the shared test database a server's deliverer once took a
@@ -210,12 +216,20 @@ def start_server(
         **env,
     }
     log = log_path.open("wb")
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env=environment,
         stdout=log,
         stderr=subprocess.STDOUT,
+        preexec_fn=limit_descriptors if nofile is not None else None,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + ready_seconds
