@@ -259,3 +259,32 @@ def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     yield srv
     stop_server(srv)
     assert "Traceback" not in srv.log(), srv.log()[-4000:]
+
+
+# ---------------------------------------------------------------- the slow tier
+
+# What `pytest` leaves out by default (`addopts = "-m 'not slow'"` in pyproject.toml) and
+# `pytest -m slow` runs (`pytest -m ""`: everything; `.ci/run` runs both tiers on SQLite and
+# on PostgreSQL). Paths relative to tests/: a folder takes all its tests. A test module may
+# also say `pytestmark = pytest.mark.slow` itself.
+SLOW_PATHS = (
+    "browser/",  # Chromium through Playwright
+    "faults/",  # two replicas behind a fault-injecting proxy
+    "load/",
+    "e2e/test_load_r24.py",  # R24's load run
+    "e2e/test_schema_fuzz.py",  # schemathesis over the live schema
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            relative = item.path.resolve().relative_to(tests_root).as_posix()
+        except ValueError:
+            continue
+        if any(
+            relative == slow or (slow.endswith("/") and relative.startswith(slow))
+            for slow in SLOW_PATHS
+        ):
+            item.add_marker(pytest.mark.slow)
