@@ -86,6 +86,12 @@ class Settings(BaseSettings):
         "and nothing is closed before ASR_HEADER_TIMEOUT_SECONDS.",
     )
     metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="If set, /metrics answers only requests with `Authorization: Bearer "
+        "<this token>` (401 otherwise), for a scraper's `bearer_token`. Unset: open, as the "
+        "health checks are; then keep /metrics off the public side of the proxy.",
+    )
     otel_enabled: bool = Field(
         default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
     )
