@@ -63,8 +63,9 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     evict: ClassVar[bool] = False
     grace: ClassVar[float] = 1.0
     # The connections whose head has begun (or that have sent nothing yet), oldest first,
-    # with the monotonic time their head began. Shared by the server's connections.
-    heads: ClassVar[OrderedDict[HeaderTimeoutProtocol, float]]
+    # with the monotonic time their head began. Shared by the server's connections (each
+    # server's subclass has its own).
+    heads: ClassVar[OrderedDict[HeaderTimeoutProtocol, float]] = OrderedDict()
     evictions: ClassVar[int] = 0
     evictions_logged: ClassVar[int] = 0
     evictions_logged_at: ClassVar[float] = 0.0
