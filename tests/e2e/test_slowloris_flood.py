@@ -3,7 +3,7 @@ connections that reconnect whenever they are cut, while a normal client keeps as
 
 Before connection eviction, the slow heads filled every descriptor: past the limit `accept()`
 failed, the event loop dropped whatever waited in the backlog (normal clients included), and
-only about three requests in four were answered in time. Now a new connection past the cap
+fewer than one request in five was answered in time (18%, 22 of 120, measured here). Now a new connection past the cap
 closes the oldest connection still sending its head, and a complete head does the same
 rather than getting a 503, so the normal client is answered while the flood goes on.
 
