@@ -3,9 +3,10 @@ connections that reconnect whenever they are cut, while a normal client keeps as
 
 Before connection eviction, the slow heads filled every descriptor: past the limit `accept()`
 failed, the event loop dropped whatever waited in the backlog (normal clients included), and
-fewer than one request in five was answered in time (18%, 22 of 120, measured here). Now a new connection past the cap
-closes the oldest connection still sending its head, and a complete head does the same
-rather than getting a 503, so the normal client is answered while the flood goes on.
+fewer than one request in five was answered in time (18%, 22 of 120, measured here). Now a
+new connection past the cap closes the oldest connection still sending its head, and a
+complete head does the same rather than getting a 503, so the normal client is answered
+while the flood goes on.
 
 Slow tier (a flood of a few thousand connections for about half a minute). The figures are
 printed; the bar is 95% of the normal client's requests answered 200 within 2 s. Every loop
