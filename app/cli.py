@@ -334,12 +334,7 @@ def _serve(settings: Settings, host: str | None, port: int | None, workers: int 
     from app.runtime.models.file import read_models_file
     from app.runtime.models.profiles import ProfileError
     from app.runtime.tools.mcp.config import McpConfigError, parse_servers
-    from app.serving import (
-        Workers,
-        build_server,
-        prepare_workers,
-        warn_if_cap_exceeds_fd_limit,
-    )
+    from app.serving import Workers, build_server, prepare_workers
 
     configure_logging(settings.log_level, settings.log_format)
     try:
@@ -368,7 +363,6 @@ def _serve(settings: Settings, host: str | None, port: int | None, workers: int 
     if settings.is_sqlite:
         # The embedded default needs no separate step: bring the file to head on start.
         upgrade_head(settings.database_url)
-    warn_if_cap_exceeds_fd_limit(settings)
     if workers == 1:
         build_server(settings, host, port).run()
         return 0

@@ -18,16 +18,19 @@ from construction on, what must exist before that:
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
-from app.api.http.problems import install_problem_handlers
+from app.api.http.problems import install_problem_handlers, problem_response
 from app.api.openapi.document import install_openapi, operation_id
 from app.api.routes import include_routers
 from app.api.streams.revocation import StreamRevocationMiddleware
@@ -81,6 +84,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routes = include_routers(app, debug_endpoints=settings.debug_endpoints)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StreamRevocationMiddleware)
+    if settings.metrics_token is not None and settings.metrics_token.get_secret_value():
+        app.add_middleware(MetricsTokenMiddleware, token=settings.metrics_token.get_secret_value())
     # Outside the body limit: a 413 from it still gets a request id and a label.
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
     # Outermost: every answer the app gives (a 401, a 413 from the body limit) carries the
@@ -88,6 +93,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_cors(app, split_origins(settings.cors_origins))
     install_openapi(app)
     return app
+
+
+class MetricsTokenMiddleware:
+    """`/metrics` only for `Authorization: Bearer <ASR_METRICS_TOKEN>` (401 otherwise).
+
+    The route itself takes no API key (a scraper is no tenant); this guard sits in front of
+    it when the operator sets a token. The comparison takes the same time however much of
+    the token a caller got right."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/metrics":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        response = problem_response(
+            Request(scope),
+            status=401,
+            code="unauthorized",
+            title="Unauthorized",
+            detail="missing or invalid metrics token (ASR_METRICS_TOKEN)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+        await response(scope, receive, send)
 
 
 def begin_shutdown(app: FastAPI) -> None:

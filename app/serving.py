@@ -1,5 +1,6 @@
-"""How `asr serve` runs: its connections (a header-read timeout and a connection cap) and
-its processes (one, or `--workers N` on one shared socket).
+"""How `asr serve` runs: its connections (a header-read timeout, a connection cap, and the
+eviction of slow heads at the cap) and its processes (one, or `--workers N` on one shared
+socket).
 
 uvicorn closes idle keep-alive connections, but not one that has sent half a request head
 (issue #17, "Slowloris exhausts file descriptors"): a client trickling `GET / HTTP/1.1\\r\\n`
@@ -7,6 +8,15 @@ could hold a file descriptor for ever, and about a thousand of them locked every
 out. The protocol here arms a timer when a connection opens and when a new request head
 begins, and closes the connection if the head is not complete in time. The timer stops at
 the end of the head, so a long response (an SSE stream) is never cut by it.
+
+A timeout alone still leaves a window: slow clients that reconnect whenever they are cut
+keep the process at its descriptor limit, where `accept()` fails and the event loop drops
+what waits in the backlog, normal clients included. So the connections still sending their
+heads are also kept in the order they began, and at the connection cap the oldest of them is
+closed to make room (eviction): by a new connection, once that head is older than a short
+grace (ASR_SLOW_HEAD_GRACE_SECONDS); by a new connection a small margin past the cap, or by a
+complete request head, whatever its age. A normal client sends its head at once, leaves that
+queue within milliseconds and is served; a slow one is at its front.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from collections import OrderedDict
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -32,21 +43,54 @@ logger = logging.getLogger("app.serving")
 # File descriptors a process needs besides client sockets: the database pool and its
 # overflow, LISTEN connections, log files, the listening socket, MCP and tool subprocesses.
 FD_HEADROOM = 64
+# New connections a process takes past its cap while every slow head is younger than the
+# grace; at this margin a new connection closes the oldest slow head whatever its age. It is
+# taken from FD_HEADROOM, so the process stays below its descriptor limit.
+CAP_MARGIN = 16
+# The smallest cap the descriptor limit may lower ASR_MAX_CONNECTIONS to.
+MIN_CAP = 16
+# At most one warning about evictions in this many seconds.
+EVICTION_LOG_SECONDS = 10.0
 
 
 class HeaderTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing a connection whose request head is too slow."""
+    """uvicorn's httptools protocol, closing a connection whose request head is too slow,
+    and, at the connection cap, the oldest connection still sending its head."""
 
-    header_timeout: float = 10.0
+    header_timeout: ClassVar[float] = 5.0
+    # Per server (http_protocol makes a subclass for each): the cap, and eviction's settings.
+    cap: ClassVar[int | None] = None
+    evict: ClassVar[bool] = False
+    grace: ClassVar[float] = 1.0
+    # The connections whose head has begun (or that have sent nothing yet), oldest first,
+    # with the monotonic time their head began. Shared by the server's connections (each
+    # server's subclass has its own).
+    heads: ClassVar[OrderedDict[HeaderTimeoutProtocol, float]] = OrderedDict()
+    evictions: ClassVar[int] = 0
+    evictions_logged: ClassVar[int] = 0
+    evictions_logged_at: ClassVar[float] = 0.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout_task: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Arm at once: a connection that opens and sends nothing is as slow as a half head."""
+        """Arm at once: a connection that opens and sends nothing is as slow as a half head.
+        At the cap, make room by closing the oldest slow head; far past it with none to
+        close (every connection busy), refuse this one rather than run out of descriptors."""
         super().connection_made(transport)
         self._arm_header_timeout()
+        cap = self.cap
+        if cap is None or not self.evict or len(self.connections) < cap:
+            return
+        over_margin = len(self.connections) >= cap + CAP_MARGIN
+        if self._evict_oldest_head(grace=0.0 if over_margin else self.grace):
+            return
+        if over_margin:
+            logger.debug("refusing a connection: %d open, none still sending its head",
+                         len(self.connections))  # fmt: skip
+            self._forget()
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         """A new head (the first byte of a keep-alive request) gets the full time from here."""
@@ -55,8 +99,25 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             self._arm_header_timeout()
 
     def on_headers_complete(self) -> None:
-        """The head is in: from here on only the response's own pace matters."""
+        """The head is in: from here on only the response's own pace matters. At the cap a
+        complete request is served in place of the oldest slow head rather than refused."""
         self._cancel_header_timeout()
+        cap = self.cap
+        if (
+            cap is not None
+            and self.evict
+            and len(self.connections) >= cap
+            and len(self.tasks) < cap
+            and self._evict_oldest_head(grace=0.0)
+        ):
+            # Served in the closed one's place: uvicorn's own count (up to CAP_MARGIN past
+            # the cap while slow heads churn) must not turn it into a 503.
+            self.limit_concurrency = None
+            try:
+                super().on_headers_complete()
+            finally:
+                self.limit_concurrency = cap
+            return
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -69,11 +130,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         self.header_timeout_task = self.loop.call_later(
             self.header_timeout, self._header_timeout_expired
         )
+        self.heads[self] = time.monotonic()  # a new head goes to the back of the queue
 
     def _cancel_header_timeout(self) -> None:
         if self.header_timeout_task is not None:
             self.header_timeout_task.cancel()
             self.header_timeout_task = None
+        self.heads.pop(self, None)
+
+    def _responding(self) -> bool:
+        """A response is still being written (a pipelined head only waits for its turn)."""
+        return self.cycle is not None and not self.cycle.response_complete
 
     def _header_timeout_expired(self) -> None:
         """Close the slow connection, unless a response is still being written on it.
@@ -82,41 +149,97 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         for its turn; closing then would cut the stream, so the timer is armed again.
         """
         self.header_timeout_task = None
+        self.heads.pop(self, None)
         if self.transport.is_closing():
             return
-        if self.cycle is not None and not self.cycle.response_complete:
+        if self._responding():
             self._arm_header_timeout()
             return
         logger.debug("closing a connection whose request head took over %ss", self.header_timeout)
         self.transport.close()
 
+    def _evict_oldest_head(self, grace: float) -> bool:
+        """Close the connection that has been sending its head the longest, if it began at
+        least `grace` seconds ago and no response is being written on it. True if one was."""
+        limit = time.monotonic() - grace
+        for other, began in self.heads.items():
+            if began > limit:
+                return False  # the rest began later still
+            if other is self or other._responding() or other.transport.is_closing():
+                continue
+            other._forget()
+            other.transport.close()
+            type(self)._count_eviction()
+            return True
+        return False
 
-def http_protocol(settings: Settings) -> type[HeaderTimeoutProtocol]:
-    """The protocol class for `uvicorn.Config(http=...)`, carrying this server's timeout."""
+    def _forget(self) -> None:
+        """Out of the queue and the server's connection count at once: the transport's own
+        close reports the loss on a later turn of the loop, after the next arrivals."""
+        self._cancel_header_timeout()
+        self.connections.discard(self)
+
+    @classmethod
+    def _count_eviction(cls) -> None:
+        cls.evictions += 1
+        now = time.monotonic()
+        if now - cls.evictions_logged_at >= EVICTION_LOG_SECONDS:
+            logger.warning(
+                "connection cap (%s) reached: closed %d connections still sending their "
+                "request heads since the last report (slow clients?)",
+                cls.cap,
+                cls.evictions - cls.evictions_logged,
+            )
+            cls.evictions_logged, cls.evictions_logged_at = cls.evictions, now
+
+
+def http_protocol(settings: Settings, cap: int | None = None) -> type[HeaderTimeoutProtocol]:
+    """The protocol class for `uvicorn.Config(http=...)`, carrying this server's timeout,
+    its connection cap (None: none) and its eviction settings."""
 
     class Protocol(HeaderTimeoutProtocol):
         header_timeout = settings.header_timeout_seconds
+        evict = settings.evict_slow_heads
+        grace = settings.slow_head_grace_seconds
+        heads: ClassVar[OrderedDict[HeaderTimeoutProtocol, float]] = OrderedDict()
 
+    Protocol.cap = cap
     return Protocol
 
 
-def warn_if_cap_exceeds_fd_limit(settings: Settings) -> None:
-    """Log when the connection cap leaves no room below `ulimit -n` for the rest of the process.
+def connection_cap(settings: Settings) -> int:
+    """ASR_MAX_CONNECTIONS, lowered if needed to fit under the descriptor limit.
 
-    Past the descriptor limit `accept()` fails with EMFILE and new clients hang in the
-    listen backlog instead of receiving the cap's prompt 503.
+    Past the descriptor limit `accept()` fails with EMFILE and the event loop drops what
+    waits in the listen backlog: the cap exists to stay below it. The soft limit is raised
+    towards the hard one first (as far as the cap needs); what still does not fit lowers the
+    cap, with a warning.
     """
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = settings.max_connections + settings.db_pool_size + settings.db_max_overflow
-    if soft != resource.RLIM_INFINITY and needed + FD_HEADROOM > soft:
-        logger.warning(
-            "ASR_MAX_CONNECTIONS=%d plus the database pool (%d) and %d spare descriptors "
-            "exceed ulimit -n (%d): raise the limit or lower the cap",
-            settings.max_connections,
-            settings.db_pool_size + settings.db_max_overflow,
-            FD_HEADROOM,
-            soft,
-        )
+    wanted = settings.max_connections
+    others = settings.db_pool_size + settings.db_max_overflow + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or wanted + others <= soft:
+        return wanted
+    target = wanted + others if hard == resource.RLIM_INFINITY else min(hard, wanted + others)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if wanted + others <= soft:
+        return wanted
+    cap = max(MIN_CAP, soft - others)
+    logger.warning(
+        "ASR_MAX_CONNECTIONS=%d plus the database pool (%d) and %d spare descriptors "
+        "exceed ulimit -n (%d): the cap is %d; raise the limit for more",
+        wanted,
+        settings.db_pool_size + settings.db_max_overflow,
+        FD_HEADROOM,
+        soft,
+        cap,
+    )
+    return cap
 
 
 # ---------------------------------------------------------------- one process, or N
@@ -148,6 +271,7 @@ def build_server(settings: Settings, host: str | None, port: int | None) -> Any:
     from app.main import begin_shutdown, create_app
 
     app = create_app(settings)
+    cap = connection_cap(settings)
 
     class Server(uvicorn.Server):
         """uvicorn, telling the app at once when SIGTERM/SIGINT starts the drain."""
@@ -169,10 +293,12 @@ def build_server(settings: Settings, host: str | None, port: int | None) -> Any:
         log_config=None,  # configure_logging already routed uvicorn's loggers
         access_log=False,  # app.access logs each request with its route and tenant
         timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
-        # Explicit rather than "auto", so the header-read timeout (issue #17) always applies.
-        http=http_protocol(settings),
-        # Past the cap a complete request head gets a prompt 503 instead of more work.
-        limit_concurrency=settings.max_connections,
+        # Explicit rather than "auto", so the header-read timeout and the eviction of slow
+        # heads (issue #17) always apply.
+        http=http_protocol(settings, cap),
+        # Past the cap (and with no slow head left to close) a complete request head gets a
+        # prompt 503 instead of more work.
+        limit_concurrency=cap,
     )
     return Server(config)
 

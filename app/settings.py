@@ -54,19 +54,44 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long `asr serve` drains open requests and streams.",
     )
     header_timeout_seconds: float = Field(
-        default=10.0,
+        default=5.0,
         gt=0,
         le=300,
         description="Close a connection that has not sent a complete request head this long "
-        "after opening or after its first byte (slowloris).",
+        "after opening or after its first byte (slowloris). Responses and SSE streams are "
+        "never cut by it. Behind a reverse proxy that reads heads itself, keep it at the "
+        "proxy's own header timeout or below.",
     )
     max_connections: int = Field(
         default=1000,
         ge=1,
-        description="Open connections one `asr serve` accepts work on; past it, 503. Keep it "
-        "below `ulimit -n` minus the database pool and some spare descriptors.",
+        description="Open connections one `asr serve` accepts work on; past it, the oldest "
+        "connection still sending its request head is closed to make room (see "
+        "ASR_SLOW_HEAD_GRACE_SECONDS), and if none is, a new request gets a 503. Lowered at "
+        "start to fit `ulimit -n` minus the database pool and 64 spare descriptors.",
+    )
+    slow_head_grace_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="At the connection cap a new connection closes the oldest connection still "
+        "sending its request head, once that one has been at it this long (a complete request "
+        "head closes it whatever its age, and so does a new connection 16 past the cap). "
+        "Slow clients are then cut before normal ones are refused.",
+    )
+    evict_slow_heads: bool = Field(
+        default=True,
+        description="Make room at the connection cap by closing the oldest connection still "
+        "sending its request head (slowloris). `false`: past the cap a new request gets a 503, "
+        "and nothing is closed before ASR_HEADER_TIMEOUT_SECONDS.",
     )
     metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="If set, /metrics answers only requests with `Authorization: Bearer "
+        "<this token>` (401 otherwise), for a scraper's `bearer_token`. Unset: open, as the "
+        "health checks are; then keep /metrics off the public side of the proxy.",
+    )
     otel_enabled: bool = Field(
         default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
     )

@@ -191,10 +191,16 @@ class Server:
 
 
 def start_server(
-    database_url: str, log_path: Path, *, ready_seconds: float = 30, **env: str
+    database_url: str,
+    log_path: Path,
+    *,
+    ready_seconds: float = 30,
+    nofile: int | None = None,
+    **env: str,
 ) -> Server:
     """A real `asr serve` (uvicorn) on a free loopback port, ready when this returns (or
     RuntimeError after `ready_seconds`: a busy machine may need more than the default).
+    `nofile` runs it under that descriptor limit (`ulimit -n`, soft and hard).
 
     The scheduler and the webhook deliverer are off unless `env` turns them on: both claim
     work across tenants, and on the shared test database a server's deliverer once took a
@@ -210,12 +216,20 @@ def start_server(
         **env,
     }
     log = log_path.open("wb")
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env=environment,
         stdout=log,
         stderr=subprocess.STDOUT,
+        preexec_fn=limit_descriptors if nofile is not None else None,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + ready_seconds
@@ -245,3 +259,78 @@ def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     yield srv
     stop_server(srv)
     assert "Traceback" not in srv.log(), srv.log()[-4000:]
+
+
+# ---------------------------------------------------------------- the slow tier
+
+# What `pytest` leaves out by default (`addopts = "-m 'not slow'"` in pyproject.toml) and
+# `pytest -m slow` runs (`pytest -m ""`: everything; `.ci/run` runs both tiers on SQLite and
+# on PostgreSQL). Relative to tests/: a folder takes all its tests, a file all of its own, and
+# `file::name` the test(s) whose id begins so (every parameter). A test module may also say
+# `pytestmark = pytest.mark.slow` itself (e2e/test_slowloris_flood.py does). The default tier
+# keeps at least one test of every feature; what moves here is what costs tens of seconds:
+# other processes killed, stopped or restarted, several replicas, long or repeated runs.
+SLOW = (
+    # The tiers named so: fuzzing, browsers, faults, load.
+    "e2e/test_schema_fuzz.py",  # schemathesis over the live schema, both tenants
+    "browser/",  # Chromium through Playwright
+    "faults/",  # two replicas behind a fault-injecting proxy, >= 1,000 keyed writes
+    "load/",
+    "e2e/test_load_r24.py",  # R24's load run
+    # Properties: R1's state machine (hypothesis, ASR_R1_EXAMPLES x ASR_R1_STEPS).
+    "properties/",
+    # Servers killed, stopped or restarted mid-work, and the database lost.
+    "e2e/test_run_durability.py",  # R5, R12: SIGKILL at random points, takeovers
+    "e2e/test_graceful_shutdown.py",
+    "e2e/test_issue_17_database_outage.py::test_an_outage_is_a_503",
+    "e2e/test_memory.py::test_r6_kill_during_save_and_compact",
+    "e2e/test_processes.py::test_restart_and_crash_while_processes_run_report_them_restored",
+    "e2e/test_client.py::test_session_stream_comes_back_after_a_shutdown_frame",
+    "sse/test_shutdown.py",  # R7: SIGTERM with a run and 20 subscribers
+    "sse/test_ag_ui_shutdown.py",
+    # Several replicas, or many writers, at once.
+    "e2e/test_schedules_replicas.py",
+    "e2e/test_ag_ui_servers.py",
+    "e2e/test_concurrent_writers.py",
+    "e2e/test_runs.py::test_r4_ten_concurrent_runs_across_two_replicas",
+    "e2e/test_http_server.py::test_r3_optimistic_writers_with_expected_seq",
+    "e2e/test_issue_16_run_control.py",  # run control across two replicas
+    "sse/test_issue_17_revocation.py",  # revoked keys end streams on every replica
+    # Clients that stall until the server gives up on them (R14; a stream open for seconds).
+    "sse/test_slow_clients.py",
+    "e2e/test_issue_17_slowloris.py::test_keep_alive_and_a_stream_outlive_the_header_timeout",
+    # Long single runs: a fresh venv and pip install; every provider profile end to end;
+    # TLS to the database in each of its spellings.
+    "clients/test_python_package.py::test_pip_install_in_a_fresh_venv",
+    "e2e/test_redaction.py::test_issue_19_credentials_of_every_profile_leak_nowhere",
+    "e2e/test_runs.py::test_openai_errors_fail_the_run_without_leaking_the_key",  # retries
+    "e2e/test_issue_17_tls_url.py::test_tls_parameters_work_for_the_pool_and_for_listen",
+)
+
+
+def _is_slow(test_id: str) -> bool:
+    path = test_id.split("::", 1)[0]
+    for slow in SLOW:
+        if slow.endswith("/"):
+            if path.startswith(slow):
+                return True
+        elif "::" in slow:
+            if test_id.startswith(slow):
+                return True
+        elif path == slow:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            relative = item.path.resolve().relative_to(tests_root).as_posix()
+        except ValueError:
+            continue
+        test_id = (
+            relative + "::" + item.nodeid.split("::", 1)[1] if "::" in item.nodeid else relative
+        )
+        if _is_slow(test_id):
+            item.add_marker(pytest.mark.slow)

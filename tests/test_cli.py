@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -47,8 +50,20 @@ def test_tenant_and_key_commands(database_url: str) -> None:
     assert missing.returncode == 1 and "not found" in missing.stderr
 
 
+def readme_curls() -> list[str]:
+    """The quick start's curl commands, as the README writes them (continuation lines joined)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Quick start")
+    quick_start = text[start : text.index("\n## ", start + 1)]
+    blocks = re.findall(r"```sh\n(.*?)```", quick_start, re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [line for line in lines if line.startswith("curl ")]
+
+
 def test_first_start_on_sqlite_migrates_and_prints_a_usable_key(tmp_path: Path) -> None:
-    """The README's first command, in an empty folder: `asr serve` on the default SQLite file."""
+    """The README's first command, in an empty folder: `asr serve` on the default SQLite file;
+    then the quick start's curl commands as written (with this server's port), if curl is
+    installed."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASR_")}
     log = tmp_path / "serve.log"
@@ -73,6 +88,25 @@ def test_first_start_on_sqlite_migrates_and_prints_a_usable_key(tmp_path: Path) 
         created = httpx.post(base + "/v1/sessions", json={}, headers=headers)
         assert created.status_code == 201
         assert (tmp_path / "asr.db").exists()
+        curls = readme_curls()
+        assert len(curls) == 3, curls  # create a session, run the model, stream a run
+        if shutil.which("curl") is None:
+            return
+        outputs = [
+            subprocess.run(
+                ["bash", "-c", command.replace("localhost:8000", f"127.0.0.1:{port}")],
+                env={**env, "KEY": key},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            for command in curls
+        ]
+        assert json.loads(outputs[0])["session_id"] == "demo"
+        ran = json.loads(outputs[1])
+        assert (ran["stop_reason"], ran["output"]) == ("COMPLETED", "echo: hello")
+        assert "event: delta" in outputs[2] and "event: RUN_FINISHED" in outputs[2]
     finally:
         process.terminate()
         process.wait(timeout=15)

@@ -4,7 +4,9 @@ The bug: uvicorn had no timeout for an incomplete request head, so 1,100 half-se
 under `ulimit -n 1024` held every descriptor and locked new clients out; none was ever closed.
 Now a head that is not complete within ASR_HEADER_TIMEOUT_SECONDS closes its connection, and
 past ASR_MAX_CONNECTIONS a new client gets a prompt 503 rather than a hang. Every wait below
-is bounded; none asserts on elapsed time.
+is bounded; none asserts on elapsed time. At the cap, a new client first closes the oldest
+connection still sending its head (eviction), and gets a 503 only when none is left to close.
+`tests/e2e/test_slowloris_flood.py` (slow tier) runs 1,100 reconnecting slow clients.
 """
 
 from __future__ import annotations
@@ -109,6 +111,29 @@ async def test_keep_alive_and_a_stream_outlive_the_header_timeout(
             assert (await client.get(f"/v1/sessions/{session_id}")).status_code == 200
 
 
+async def test_at_the_connection_cap_new_clients_close_the_oldest_slow_heads(
+    database_url: str, tmp_path: Path
+) -> None:
+    cap = 20
+    async with serving(
+        database_url,
+        tmp_path / "server.log",
+        ASR_MAX_CONNECTIONS=str(cap),
+        ASR_HEADER_TIMEOUT_SECONDS="60",  # only eviction closes the held connections
+    ) as server:
+        held = [await _open(server, HALF_HEAD) for _ in range(cap)]
+        try:
+            assert [await _status(server) for _ in range(5)] == [200] * 5
+            # The first two clients found the server at the cap (20 held, then 19 held and
+            # the first client's connection not yet seen closed), and each closed the oldest
+            # held connection; later ones found room.
+            closed = await asyncio.gather(*(_closed_by_server(r) for r, _ in held[:2]))
+            assert closed == [True, True]
+        finally:
+            for _, writer in held:
+                writer.close()
+
+
 async def test_past_the_connection_cap_new_clients_get_503_and_the_server_recovers(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -118,6 +143,7 @@ async def test_past_the_connection_cap_new_clients_get_503_and_the_server_recove
         tmp_path / "server.log",
         ASR_MAX_CONNECTIONS=str(cap),
         ASR_HEADER_TIMEOUT_SECONDS="60",  # the held connections stay for the whole test
+        ASR_EVICT_SLOW_HEADS="false",  # else each new client closes one of them
     ) as server:
         host, port = server.base_url.removeprefix("http://").split(":")
         held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(cap)]
