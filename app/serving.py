@@ -3,7 +3,7 @@ eviction of slow heads at the cap) and its processes (one, or `--workers N` on o
 socket).
 
 uvicorn closes idle keep-alive connections, but not one that has sent half a request head
-(issue #17, "Slowloris exhausts file descriptors"): a client trickling `GET / HTTP/1.1\\r\\n`
+(slowloris): a client trickling `GET / HTTP/1.1\\r\\n`
 could hold a file descriptor for ever, and about a thousand of them locked every new client
 out. The protocol here arms a timer when a connection opens and when a new request head
 begins, and closes the connection if the head is not complete in time. The timer stops at
@@ -294,7 +294,7 @@ def build_server(settings: Settings, host: str | None, port: int | None) -> Any:
         access_log=False,  # app.access logs each request with its route and tenant
         timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
         # Explicit rather than "auto", so the header-read timeout and the eviction of slow
-        # heads (issue #17) always apply.
+        # heads always apply.
         http=http_protocol(settings, cap),
         # Past the cap (and with no slow head left to close) a complete request head gets a
         # prompt 503 instead of more work.
