@@ -17,6 +17,9 @@ try:
 except ImportError:  # the `browser` fixture skips (or, under CI=true, fails) these tests
     expect = None  # type: ignore[assignment]
 
+# How long a docs page may take to draw itself from the document (a wait, not a judgement).
+RENDER_TIMEOUT_MS = 30_000
+
 
 async def cut_network(page: Any, server: Server) -> list[str]:
     """Abort every request that leaves the service; return the list of what was tried."""
@@ -38,7 +41,9 @@ async def test_swagger_ui_renders_offline(ui: Page, ui_server: Server) -> None:
     page = ui.page
     refused = await cut_network(page, ui_server)
     await page.goto(ui_server.base_url + "/docs")
-    await expect(page.locator(".swagger-ui .info .title")).to_contain_text("Agent Session Runtime")
+    await expect(page.locator(".swagger-ui .info .title")).to_contain_text(
+        "Agent Session Runtime", timeout=RENDER_TIMEOUT_MS
+    )
     operations = page.locator(".swagger-ui .opblock")
     await expect(operations.first).to_be_visible()
     assert await operations.count() > 30
@@ -53,7 +58,11 @@ async def test_redoc_renders_offline(ui: Page, ui_server: Server) -> None:
     page = ui.page
     refused = await cut_network(page, ui_server)
     await page.goto(ui_server.base_url + "/redoc")
-    await expect(page.locator(".api-info h1")).to_contain_text("Agent Session Runtime")
+    # ReDoc parses the whole document in the page before it draws anything: on a busy
+    # 2-core machine that alone has taken longer than the default wait.
+    await expect(page.locator(".api-info h1")).to_contain_text(
+        "Agent Session Runtime", timeout=RENDER_TIMEOUT_MS
+    )
     await expect(page.locator("text=Create a session").first).to_be_attached()
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(ARTIFACTS / "redoc-offline.png"), full_page=False)
