@@ -90,7 +90,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AccessMiddleware, metrics=metrics, routes=routes)
     # Outermost: every answer the app gives (a 401, a 413 from the body limit) carries the
     # CORS headers, or a browser could not read the problem document.
-    install_cors(app, split_origins(settings.cors_origins))
+    install_cors(
+        app,
+        split_origins(settings.cors_origins),
+        headers=split_origins(settings.cors_allow_headers),
+    )
     install_openapi(app)
     return app
 

@@ -313,6 +313,15 @@ class Settings(BaseSettings):
         description="Browser origins allowed to call the API from another origin, exact and "
         "comma-separated (e.g. `https://app.example.com,http://localhost:5173`); empty: none.",
     )
+    cors_allow_headers: str = Field(
+        default=(
+            "Authorization,Content-Type,Accept,Idempotency-Key,If-Match,Last-Event-ID,"
+            "X-Request-ID,traceparent,tracestate"
+        ),
+        description="Request headers a page on an allowed origin may send (its preflight "
+        "asks for them), comma-separated; the default covers the API's own and W3C Trace "
+        "Context (`traceparent`, `tracestate`). Add what your frontend's tracing or SDK sends.",
+    )
     debug_endpoints: bool = Field(default=False, description="Serve /debug/streams (tests only).")
     agents_file: Path | None = Field(
         default=None,
@@ -435,6 +444,16 @@ class Settings(BaseSettings):
                 raise ValueError(f"{origin!r} is not an origin such as https://app.example.com")
         return value
 
+    @field_validator("cors_allow_headers")
+    @classmethod
+    def _header_names(cls, value: str) -> str:
+        # A header name is an HTTP token; `*` would admit any header, which with a bearer key
+        # is not what an operator means by a list.
+        for name in split_origins(value):
+            if not all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name) or name == "*":
+                raise ValueError(f"{name!r} is not a header name")
+        return value
+
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
@@ -452,5 +471,5 @@ def get_settings() -> Settings:
 
 
 def split_origins(value: str) -> list[str]:
-    """`ASR_CORS_ORIGINS` as a list: comma-separated, blanks dropped."""
+    """`ASR_CORS_ORIGINS` (or another comma-separated setting) as a list, blanks dropped."""
     return [part.strip() for part in value.split(",") if part.strip()]

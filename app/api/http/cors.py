@@ -13,16 +13,6 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-# What a frontend sends besides the CORS-safelisted headers.
-ALLOWED_HEADERS = (
-    "Authorization",
-    "Content-Type",
-    "Accept",
-    "Idempotency-Key",
-    "If-Match",
-    "Last-Event-ID",
-    "X-Request-ID",
-)
 # Response headers a frontend must be able to read: where a created thing is, the version to
 # send back in If-Match, when to retry, whether an answer is a replay, and the request id.
 EXPOSED_HEADERS = ("Location", "ETag", "Retry-After", "Idempotent-Replayed", "X-Request-ID")
@@ -31,15 +21,16 @@ ALLOWED_METHODS = ("GET", "POST", "PATCH", "DELETE")
 PREFLIGHT_MAX_AGE_SECONDS = 86_400
 
 
-def install_cors(app: FastAPI, origins: list[str]) -> None:
-    """Allow exactly `origins`; with none, add nothing (same-origin only, as before)."""
+def install_cors(app: FastAPI, origins: list[str], *, headers: list[str]) -> None:
+    """Allow exactly `origins`, sending `headers` (what a frontend sends besides the
+    CORS-safelisted ones, `ASR_CORS_ALLOW_HEADERS`); with no origin, add nothing."""
     if not origins:
         return
     app.add_middleware(
         CORSMiddleware,
         allow_origins=origins,
         allow_methods=ALLOWED_METHODS,
-        allow_headers=ALLOWED_HEADERS,
+        allow_headers=headers,
         expose_headers=EXPOSED_HEADERS,
         allow_credentials=False,
         max_age=PREFLIGHT_MAX_AGE_SECONDS,

@@ -118,3 +118,34 @@ async def test_without_origins_nothing_changes(anon: httpx.AsyncClient) -> None:
 def test_only_exact_origins_are_accepted(value: str) -> None:
     with pytest.raises(ValidationError):
         Settings(cors_origins=value)
+
+
+async def test_a_page_that_sends_trace_context_passes_its_preflight(
+    browser: httpx.AsyncClient,
+) -> None:
+    """W3C Trace Context headers are in the default list: an instrumented frontend's
+    preflight is answered, and asks for nothing the service refuses."""
+    asked = "authorization,content-type,traceparent,tracestate"
+    answer = await browser.options("/v1/sessions", headers=preflight("POST", asked))
+    assert answer.status_code == 200
+    allowed = answer.headers["access-control-allow-headers"].lower()
+    assert {"traceparent", "tracestate"} <= {h.strip() for h in allowed.split(",")}
+
+
+async def test_the_allowed_request_headers_are_configurable(settings: Settings) -> None:
+    application = create_app(
+        settings.model_copy(
+            update={"cors_origins": FRONTEND, "cors_allow_headers": "Authorization,X-Custom"}
+        )
+    )
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://asr.test") as c:
+        ok = await c.options("/v1/sessions", headers=preflight("POST", "authorization,x-custom"))
+        refused = await c.options("/v1/sessions", headers=preflight("POST", "traceparent"))
+    assert ok.status_code == 200
+    assert refused.status_code == 400
+
+
+def test_a_wildcard_is_not_a_header_name() -> None:
+    with pytest.raises(ValidationError):
+        Settings(cors_allow_headers="Authorization,*")
