@@ -31,6 +31,7 @@ from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
 from app.api.http.problems import install_problem_handlers, problem_response
+from app.api.mcp.endpoint import McpEndpoint
 from app.api.openapi.document import install_openapi, operation_id
 from app.api.routes import include_routers
 from app.api.streams.revocation import StreamRevocationMiddleware
@@ -57,13 +58,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     metrics = Metrics() if settings.metrics_enabled else None
     shutdown_event = asyncio.Event()
+    mcp = McpEndpoint()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = open_services(settings, metrics=metrics, shutdown_event=shutdown_event)
         async with opened as services:
             app.state.services = services
-            yield
+            # The MCP transport's task group: stopped before the services it calls.
+            async with mcp.run():
+                yield
 
     app = FastAPI(
         title="Agent Session Runtime",
@@ -81,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app, outages=OUTAGES)
     if settings.otel_enabled:
         configure_tracing(settings, app)
-    routes = include_routers(app, debug_endpoints=settings.debug_endpoints)
+    routes = include_routers(app, mcp=mcp, debug_endpoints=settings.debug_endpoints)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StreamRevocationMiddleware)
     if settings.metrics_token is not None and settings.metrics_token.get_secret_value():

@@ -7,6 +7,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
 from app.api.ag_ui import routes as ag_ui
+from app.api.mcp.endpoint import McpEndpoint, mcp_route
 from app.api.openapi import docs
 from app.api.ops import debug
 from app.api.ops import routes as ops
@@ -49,10 +50,19 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
-def include_routers(app: FastAPI, *, debug_endpoints: bool = False) -> list[BaseRoute]:
-    """Include every router (`/debug` only when asked) and return their routes: the ones the
-    access middleware labels requests by (the app's own, such as /openapi.json, are not)."""
+def include_routers(
+    app: FastAPI, *, mcp: McpEndpoint | None = None, debug_endpoints: bool = False
+) -> list[BaseRoute]:
+    """Include every router (`/debug` only when asked) and the MCP endpoint at `/mcp` (an
+    ASGI app of the MCP SDK, not an OpenAPI operation), and return their routes: the ones
+    the access middleware labels requests by (the app's own, such as /openapi.json, are
+    not)."""
     routers = (*ROUTERS, *((debug.router,) if debug_endpoints else ()))
     for router in routers:
         app.include_router(router)
-    return [route for router in routers for route in router.routes]
+    routes = [route for router in routers for route in router.routes]
+    if mcp is not None:
+        route = mcp_route(mcp)
+        app.router.routes.append(route)
+        routes.append(route)
+    return routes
