@@ -18,6 +18,7 @@ lifespan (`app.main`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -175,9 +176,27 @@ class McpEndpoint:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        """The SDK's task group, for the app's lifespan."""
-        async with self.manager.run():
+        """The SDK's task group, for the app's lifespan. It lives in a task of its own: an
+        anyio task group must end in the task that began it, and a lifespan may be entered
+        and left by different tasks (a test's fixture)."""
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with self.manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(hold(), name="mcp-transport")
+        ready = asyncio.create_task(started.wait())
+        await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if task.done():
+            task.result()  # it failed to start: raise its error
+        try:
             yield
+        finally:
+            stop.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         services = services_of(scope["app"])
