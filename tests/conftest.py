@@ -291,6 +291,7 @@ SLOW = (
     # Several replicas, or many writers, at once.
     "e2e/test_schedules_replicas.py",
     "e2e/test_ag_ui_servers.py",
+    "e2e/test_mcp_servers.py",  # the MCP server on two replicas, the example against one
     "e2e/test_concurrent_writers.py",
     "e2e/test_runs.py::test_r4_ten_concurrent_runs_across_two_replicas",
     "e2e/test_http_server.py::test_r3_optimistic_writers_with_expected_seq",
@@ -299,6 +300,9 @@ SLOW = (
     # Clients that stall until the server gives up on them (R14; a stream open for seconds).
     "sse/test_slow_clients.py",
     "e2e/test_issue_17_slowloris.py::test_keep_alive_and_a_stream_outlive_the_header_timeout",
+    # MCP calls that wait for progress heartbeats and cancellations (seconds each).
+    "api/mcp/test_server.py::test_tools_call_continue_and_progress",
+    "api/mcp/test_server.py::test_a_cancelled_call_interrupts_its_run_in_both_eras",
     # Long single runs: a fresh venv and pip install; every provider profile end to end;
     # TLS to the database in each of its spellings.
     "clients/test_python_package.py::test_pip_install_in_a_fresh_venv",

@@ -235,7 +235,7 @@ async def test_one_tool_per_blueprint_and_approvals(agents_app: FastAPI, tenant:
     ask = {"input": '[tool:echo {"text": "hi"}]'}
     async with handshake(agents_app, tenant) as mcp:
         tools = (await mcp.list_tools()).tools
-        assert [(t.name, t.description) for t in tools][0] == ("support", "First-line support.")
+        assert (tools[0].name, tools[0].description) == ("support", "First-line support.")
         assert [t.name for t in tools] == ["support", "writer"]
         # No way to ask this client (stateless, 2025-11-25): the approval is pending.
         blocked = await mcp.call_tool("support", ask)
