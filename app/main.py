@@ -50,6 +50,10 @@ DESCRIPTION = """
 Hosts long-running LLM-agent sessions: each session is a durable container with a stable id,
 its own memory, an append-only event ledger and snapshots. Authenticate with
 `Authorization: Bearer <api key>`; errors are RFC 9457 `application/problem+json`.
+
+The agents are also MCP tools: `/mcp` is a Model Context Protocol server (Streamable HTTP,
+JSON-RPC, the same bearer keys), one tool per agent blueprint. It is not an operation of
+this document; see the how-to "Agents as MCP tools" (docs/how-to/mcp-server.md).
 """
 
 
