@@ -10,7 +10,9 @@ serves: the `initialize` handshake (2025-11-25 and before) and the per-request e
   a valid one the answer is our 401 problem with `WWW-Authenticate: Bearer`;
 - it gives a client that comes without one an `Mcp-Session-Id`, an opaque random id that
   names nothing on the server: the client sends it back on every request, and it scopes the
-  call keys of that client (`keys.py`) on whichever replica they land.
+  call keys of that client (`keys.py`) on whichever replica they land;
+- GET (a stream for server-initiated messages) and DELETE (the end of a session) get 405,
+  as the protocol allows a server without either: nothing is held open or kept per client.
 
 The SDK's session manager needs its task group running: `run()` is entered by the app's
 lifespan (`app.main`).
@@ -32,6 +34,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
@@ -209,9 +212,22 @@ class McpEndpoint:
         state = scope.setdefault("state", {})
         state[_PRINCIPAL] = principal
         state[_SERVICES] = services
-        if scope["method"] == "POST" and CONNECTION_HEADER not in headers:
+        if scope["method"] != "POST":
+            # Stateless: no stream to open (GET) and no session to end (DELETE); the
+            # protocol's answer for both is 405, which clients take in their stride.
+            await _not_allowed(scope, receive, send)
+            return
+        if CONNECTION_HEADER not in headers:
             send = _with_connection_id(send, secrets.token_hex(16))
         await self.manager.handle_request(scope, receive, send)
+
+
+async def _not_allowed(scope: Scope, receive: Receive, send: Send) -> None:
+    body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed"}}'
+    response = Response(
+        body, status_code=405, media_type="application/json", headers={"Allow": "POST"}
+    )
+    await response(scope, receive, send)
 
 
 def _with_connection_id(send: Send, connection: str) -> Send:
@@ -229,5 +245,5 @@ def _with_connection_id(send: Send, connection: str) -> Send:
 
 
 def mcp_route(endpoint: McpEndpoint) -> Route:
-    """`/mcp` for every method the transport answers (POST, GET, DELETE)."""
+    """`/mcp`: POST carries the protocol; GET and DELETE are answered 405 (stateless)."""
     return Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])

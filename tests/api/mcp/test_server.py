@@ -197,6 +197,18 @@ async def test_errors_are_the_protocols_own(app: FastAPI, tenant: TenantKey) -> 
         assert unknown["error"]["code"] == types.METHOD_NOT_FOUND
         not_rpc = await http.post("/mcp", json={"hello": "world"})
         assert 400 <= not_rpc.status_code < 500
+        for junk in (
+            b"[]",
+            b"42",
+            b'{"jsonrpc": "2.0"}',
+            b'{"jsonrpc":"2.0","id":{},"method":"x"}',
+        ):
+            odd = await http.post("/mcp", content=junk)
+            assert 200 <= odd.status_code < 500, odd.text
+        for method in ("GET", "DELETE"):
+            # Stateless: no stream to open, no session to end.
+            refused = await http.request(method, "/mcp", headers={"Mcp-Session-Id": "abc"})
+            assert refused.status_code == 405 and refused.headers["allow"] == "POST"
         for arguments in ({}, {"input": 3}, {"input": "x", "session_id": 5}):
             body = {**call(2, "x"), "params": {"name": "agent", "arguments": arguments}}
             wrong = result_of(await http.post("/mcp", json=body))
