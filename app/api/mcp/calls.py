@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -124,9 +125,11 @@ async def follow_to_end(
     """Wait for the run to end, reporting progress from its timeline; cancelled (the client
     abandoned the call), cancel the run."""
     try:
+        deadline = time.monotonic() + services.wait_seconds
         if progress is not None:
-            await _report(services.streams, tenant_id, run, progress)
-        done = await services.runs.wait(tenant_id, run.run_id, within_seconds=services.wait_seconds)
+            await _report(services.streams, tenant_id, run, progress, deadline=deadline)
+        left = max(deadline - time.monotonic(), 0.01)
+        done = await services.runs.wait(tenant_id, run.run_id, within_seconds=left)
     except BaseException:
         # Cancelled, or the stream failed: a call nobody waits for must not keep running.
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
@@ -135,15 +138,17 @@ async def follow_to_end(
     return done
 
 
-async def _report(streams: RunStreams, tenant_id: str, run: RunRecord, progress: Progress) -> None:
-    """Progress from the run's timeline until its RUN_FINISHED: one step per batch of its
-    events and text, and a heartbeat while it is silent."""
+async def _report(
+    streams: RunStreams, tenant_id: str, run: RunRecord, progress: Progress, *, deadline: float
+) -> None:
+    """Progress from the run's timeline until its RUN_FINISHED (or the wait's `deadline`):
+    one step per batch of its events and text, and a heartbeat while it is silent."""
     follow = streams.follow(tenant_id, run, deltas=True)
     items = follow.items
     step = 0
     try:
         pending: asyncio.Task[Any] | None = None
-        while True:
+        while time.monotonic() < deadline:
             if pending is None:
                 pending = asyncio.ensure_future(anext(items))
             done, _ = await asyncio.wait({pending}, timeout=HEARTBEAT_SECONDS)
