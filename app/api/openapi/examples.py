@@ -8,6 +8,7 @@ illustrates, so an example cannot drift from the schema.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 CREATED = "2026-05-01T12:00:00.000000Z"
@@ -222,6 +223,36 @@ DELIVERY: dict[str, Any] = {
     "created_at": LATER,
 }
 
+SCHEDULE: dict[str, Any] = {
+    "schedule_id": "sch_01HZX3J8Q3V2C7",
+    "session_id": None,
+    "agent_name": "helper",
+    "input": "summarise what changed today",
+    "cron": "0 18 * * 1-5",
+    "timezone": "Europe/Paris",
+    "interval_seconds": None,
+    "missed": "skip",
+    "multitask": "skip",
+    "status": "active",
+    "metadata": {"team": "docs"},
+    "next_fire_at": "2026-05-01T16:00:00.000000Z",
+    "last_fired_at": None,
+    "version": 1,
+    "created_at": CREATED,
+    "updated_at": CREATED,
+}
+FIRE: dict[str, Any] = {
+    "schedule_id": SCHEDULE["schedule_id"],
+    "tick_at": CREATED,
+    "trigger": "manual",
+    "outcome": "started",
+    "reason": None,
+    "ticks": 1,
+    "run_id": RUN_ID,
+    "session_id": "b6a1c0de-0000-4000-8000-000000000001",
+    "created_at": CREATED,
+}
+
 # operation (route function name) -> {"request": body example, "responses": {status: example}}
 OPERATIONS: dict[str, dict[str, Any]] = {
     "create_webhook": {
@@ -356,12 +387,12 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     },
     "post_tool_outputs": {
         "request": {"outputs": [{"call_id": "call_1", "output": "found it"}]},
-        "responses": {200: RUN},
+        "responses": {200: RUN, 202: QUEUED_RUN},
         "stream": STREAM,
     },
     "post_approval": {
         "request": {"call_id": "call_2", "decision": "approve"},
-        "responses": {200: RUN},
+        "responses": {200: RUN, 202: QUEUED_RUN},
         "stream": STREAM,
     },
     "get_usage": {
@@ -375,7 +406,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     },
     "create_oneshot_run": {
         "request": {"input": "hello", "agent": {"provider": "scripted"}},
-        "responses": {200: {**RUN, "session_id": "b6a1c0de-0000-4000-8000-000000000001"}},
+        "responses": {
+            200: {**RUN, "session_id": "b6a1c0de-0000-4000-8000-000000000001"},
+            202: {**QUEUED_RUN, "session_id": "b6a1c0de-0000-4000-8000-000000000001"},
+        },
         "stream": STREAM,
     },
     "list_processes": {"responses": {200: {"data": [PROCESS]}}},
@@ -465,7 +499,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         }
     },
-    "list_events": {"responses": {200: {"data": [EVENT], "next_after_seq": None}}},
+    "list_events": {
+        "responses": {200: {"data": [EVENT], "next_after_seq": None}},
+        "ndjson": json.dumps(EVENT) + "\n",
+    },
     "stream_session_events": {"responses": {}, "stream": TIMELINE},
     "stream_tenant_events": {
         "responses": {},
@@ -507,6 +544,39 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         }
     },
+    "create_schedule": {
+        "request": {
+            "agent_name": "helper",
+            "input": "summarise what changed today",
+            "cron": "0 18 * * 1-5",
+            "timezone": "Europe/Paris",
+            "metadata": {"team": "docs"},
+        },
+        "responses": {201: SCHEDULE},
+    },
+    "list_schedules": {"responses": {200: {"data": [SCHEDULE], "next_cursor": None}}},
+    "get_schedule": {"responses": {200: SCHEDULE}},
+    "patch_schedule": {
+        "request": {"cron": "0 9 * * 1-5"},
+        "responses": {200: {**SCHEDULE, "cron": "0 9 * * 1-5", "version": 2}},
+    },
+    "pause_schedule": {
+        "responses": {200: {**SCHEDULE, "status": "paused", "next_fire_at": None, "version": 2}}
+    },
+    "resume_schedule": {"responses": {200: {**SCHEDULE, "version": 3}}},
+    "trigger_schedule": {
+        "responses": {
+            200: {
+                **FIRE,
+                "outcome": "skipped",
+                "reason": "run_in_progress",
+                "run_id": None,
+                "session_id": None,
+            },
+            202: FIRE,
+        }
+    },
+    "list_schedule_runs": {"responses": {200: {"data": [FIRE], "next_cursor": None}}},
     "healthz": {"responses": {200: {"status": "ok"}}},
     "readyz": {
         "responses": {
@@ -518,6 +588,12 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         }
     },
     "metrics": {"responses": {}, "text": "# TYPE asr_runs_total counter\nasr_runs_total 1.0\n"},
+}
+
+# Payloads of the webhook examples: the event types a subscriber most often asks for.
+DELIVERY_PAYLOADS: dict[str, dict[str, Any]] = {
+    "RUN_FINISHED": {"status": "finished", "stop_reason": "COMPLETED", "usage": USAGE, "turns": 1},
+    "FINAL_OUTPUT": {"text": "echo: hello"},
 }
 
 PROBLEM_CODES = {
