@@ -32,10 +32,12 @@ async def node_test(folder: Path, script: str, replicas: list[Server], tenant: T
         "ASR_URL": replicas[0].base_url,
         "ASR_URL_B": replicas[1].base_url,
         "ASR_KEY": tenant.key,
+        # CopilotKit's runtime reports usage to its maker unless told not to.
+        "COPILOTKIT_TELEMETRY_DISABLED": "true",
     }
     result = await asyncio.to_thread(
         subprocess.run,
-        [node, "--test", "--test-concurrency=1", script],
+        [node, "--preserve-symlinks", "--test", "--test-concurrency=1", script],
         cwd=folder,
         env=env,
         capture_output=True,
