@@ -23,14 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "clients"
 
 
-async def node_test(folder: Path, script: str, replicas: list[Server], tenant: TenantKey) -> str:
+async def node_test(folder: Path, script: str, servers: list[Server], tenant: TenantKey) -> str:
     node = shutil.which("node")
     if node is None or not (folder / "node_modules").is_dir():
         pytest.skip(f"node or {folder.name}/node_modules missing (npm ci in {folder})")
     env = {
         **os.environ,
-        "ASR_URL": replicas[0].base_url,
-        "ASR_URL_B": replicas[1].base_url,
+        "ASR_URL": servers[0].base_url,
+        "ASR_URL_B": servers[1].base_url,
         "ASR_KEY": tenant.key,
         # CopilotKit's runtime reports usage to its maker unless told not to.
         "COPILOTKIT_TELEMETRY_DISABLED": "true",
