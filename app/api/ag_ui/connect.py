@@ -115,10 +115,14 @@ _DOC: dict[int | str, dict[str, Any]] = {
 
 
 def _state_snapshot(loaded: Loaded) -> StateSnapshotEvent:
-    """The thread's shared state as AG-UI's STATE_SNAPSHOT: the session's `state` when the
-    session keeps one, else an empty object."""
-    state = getattr(loaded.state, "state", None)
-    return StateSnapshotEvent(snapshot=state if isinstance(state, dict) else {})
+    """The thread's shared state as AG-UI's STATE_SNAPSHOT: the session's `state` (on its
+    folded state or its row, whichever keeps one), else an empty object. The one place
+    connect reads shared state, so that its source can change without touching the rest."""
+    for holder in (loaded.state, loaded.session):
+        state = getattr(holder, "state", None)
+        if isinstance(state, dict):
+            return StateSnapshotEvent(snapshot=state)
+    return StateSnapshotEvent(snapshot={})
 
 
 @dataclass(frozen=True, slots=True)
