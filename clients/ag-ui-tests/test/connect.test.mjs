@@ -130,3 +130,60 @@ test("connect to an unknown thread is a 404 problem", async () => {
   assert.equal(reply.status, 404);
   assert.match(reply.headers.get("content-type"), /application\/problem\+json/);
 });
+
+/** Complete SSE frames ({id, event}) of a response, until `stop(frames)` says enough. */
+async function frames(response, stop = () => false) {
+  const out = [];
+  let buffer = "";
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const id = block.split("\n").find((l) => l.startsWith("id:"))?.slice(3).trim() ?? null;
+      const data = block.split("\n").find((l) => l.startsWith("data:"));
+      if (data) out.push({ id, event: JSON.parse(data.slice(5)) });
+    }
+    if (stop(out)) {
+      await reader.cancel();
+      break;
+    }
+  }
+  return out;
+}
+
+test("a connect stream cut mid-text resumes on the other replica with Last-Event-ID, each event once", async () => {
+  const threadId = `t-${randomUUID()}`;
+  const a = runner(threadId);
+  a.addMessage({ id: `u-${randomUUID()}`, role: "user", content: "[sleep:1500] [words:30]" });
+  const running = a.runAgent({ runId: `r-${randomUUID()}` });
+  await until(async () => (await activeRun(URL_B, threadId)) !== null, "the run to start");
+  const request = (url, lastId) =>
+    fetch(`${url}/v1/ag-ui/connect`, {
+      method: "POST",
+      headers: {
+        ...headers,
+        "Content-Type": "application/json",
+        Accept: "text/event-stream",
+        ...(lastId ? { "Last-Event-ID": lastId } : {}),
+      },
+      body: JSON.stringify({ threadId }),
+    });
+  const contents = (fs) => fs.filter((f) => f.event.type === "TEXT_MESSAGE_CONTENT").length;
+  const first = await frames(await request(URL_B), (fs) => contents(fs) >= 1);
+  const lastId = first.at(-1).id;
+  assert.ok(lastId, "every frame has an id");
+  const rest = await frames(await request(URL_A, lastId));
+  await running;
+  const all = [...first, ...rest].map((f) => f.event);
+  const words = Array.from({ length: 30 }, (_, n) => `word${n + 1}`).join(" ");
+  assert.equal(text(all), words);
+  assert.deepEqual(rest.map((f) => f.event.type).filter((t) => t === "RUN_STARTED" || t.endsWith("SNAPSHOT")), []);
+  assert.equal(all.filter((e) => e.type === "TEXT_MESSAGE_START").length, 1);
+  assert.equal(all.filter((e) => e.type === "RUN_FINISHED").length, 1);
+  assert.equal(all.at(-1).type, "RUN_FINISHED");
+});
