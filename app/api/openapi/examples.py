@@ -179,6 +179,43 @@ AG_UI = {
     "stream_schema": AG_UI_FRAMES,
 }
 
+AG_UI_CONNECT_STREAM = (
+    'id: 14\ndata: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run_01HZX3"}\n\n'
+    'id: 14\ndata: {"type":"MESSAGES_SNAPSHOT","messages":[{"id":"msg-1","role":"user",'
+    '"content":"hello"}]}\n\n'
+    'id: 14\ndata: {"type":"STATE_SNAPSHOT","snapshot":{}}\n\n'
+    'id: 14:5\ndata: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}'
+    "\n\n"
+    'id: 14:5\ndata: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo:"}'
+    "\n\n"
+    'id: 15\ndata: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}\n\n'
+    'id: 17\ndata: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run_01HZX3",'
+    '"outcome":{"type":"success"}}\n\n'
+)
+AG_UI_CONNECT = {
+    "request": {"threadId": "thread-1"},
+    "responses": {},
+    "stream": AG_UI_CONNECT_STREAM,
+    "stream_schema": {
+        "type": "object",
+        "description": "AG-UI events, one per `data:` line, each with an `id:` to resume "
+        "from (Last-Event-ID): RUN_STARTED, MESSAGES_SNAPSHOT, STATE_SNAPSHOT, the tool calls "
+        "that wait (TOOL_CALL_START/ARGS/END), then the active run's remaining events, and "
+        "RUN_FINISHED (outcome `interrupt` for approvals that wait) or RUN_ERROR last.",
+    },
+}
+AG_UI_STOP = {
+    "request": {"threadId": "thread-1", "runId": "run-1"},
+    "responses": {
+        200: {
+            "stopped": True,
+            "threadId": "thread-1",
+            "asrRunId": RUN_ID,
+            "status": "interrupted",
+        }
+    },
+}
+
 # Parameters by name, wherever they appear. No Idempotency-Key or If-Match here: fuzzers
 # send examples as they are, and one key on every request would be a reused key.
 PARAMETERS: dict[str, Any] = {
@@ -381,6 +418,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "list_runs": {"responses": {200: {"data": [RUN]}}},
     "run_ag_ui": AG_UI,
     "run_ag_ui_agent": AG_UI,
+    "connect_ag_ui": AG_UI_CONNECT,
+    "stop_ag_ui": AG_UI_STOP,
     "get_run": {"responses": {200: RUN}},
     "cancel_run": {
         "responses": {200: {**RUN, "status": "interrupted", "stop_reason": "INTERRUPTED"}}

@@ -578,6 +578,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ag-ui/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI connect: a thread's snapshots, what waits, and its active run, live (SSE)
+         * @description Re-attach to a thread without starting a run: MESSAGES_SNAPSHOT and STATE_SNAPSHOT,
+         *     the tool calls and approvals that wait, then the thread's active run (on any replica)
+         *     live until its RUN_FINISHED. Resume a cut stream with `Last-Event-ID`. An unknown thread
+         *     is a 404.
+         */
+        post: operations["connectAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ag-ui/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI stop: interrupt a thread's active run, wherever it executes
+         * @description Stop the thread's active run (it ends `cancelled`, its streams end with RUN_FINISHED
+         *     outcome `cancelled`). With `runId` (the AG-UI run id it was started with), only that
+         *     run. `stopped: false` when no run, or not that run, is active. An unknown thread is a
+         *     404.
+         */
+        post: operations["stopAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/ag-ui": {
         parameters: {
             query?: never;
@@ -1845,6 +1891,41 @@ export interface webhooks {
 }
 export interface components {
     schemas: {
+        /**
+         * AgUiConnectInput
+         * @description What connect reads of a `RunAgentInput` (CopilotKit's runtime sends a whole one):
+         *     the thread. The rest is accepted and ignored: connect starts nothing.
+         */
+        AgUiConnectInput: {
+            /** Threadid */
+            threadId: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AgUiStopInput
+         * @description The thread whose active run to stop; with `runId`, only if that is the active run.
+         */
+        AgUiStopInput: {
+            /** Threadid */
+            threadId: string;
+            /** Runid */
+            runId?: string | null;
+        };
+        /**
+         * AgUiStopResult
+         * @description Whether a run was stopped; `asrRunId` names it (the service's run id).
+         */
+        AgUiStopResult: {
+            /** Stopped */
+            stopped: boolean;
+            /** Threadid */
+            threadId: string;
+            /** Asrrunid */
+            asrRunId?: string | null;
+            /** Status */
+            status?: string | null;
+        };
         /** AgentList */
         AgentList: {
             /** Data */
@@ -13444,6 +13525,329 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    connectAgUi: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Resume a connect stream after this frame id (`seq` or `seq:chars`).
+                 * @example 11
+                 */
+                "Last-Event-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AgUiConnectInput"];
+            };
+        };
+        responses: {
+            /** @description AG-UI events as Server-Sent Events, each with an `id:` to resume from */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 14
+                     *     data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run_01HZX3"}
+                     *
+                     *     id: 14
+                     *     data: {"type":"MESSAGES_SNAPSHOT","messages":[{"id":"msg-1","role":"user","content":"hello"}]}
+                     *
+                     *     id: 14
+                     *     data: {"type":"STATE_SNAPSHOT","snapshot":{}}
+                     *
+                     *     id: 14:5
+                     *     data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}
+                     *
+                     *     id: 14:5
+                     *     data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo:"}
+                     *
+                     *     id: 15
+                     *     data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}
+                     *
+                     *     id: 17
+                     *     data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run_01HZX3","outcome":{"type":"success"}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    stopAgUi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1",
+                 *       "runId": "run-1"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AgUiStopInput"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "stopped": true,
+                     *       "threadId": "thread-1",
+                     *       "asrRunId": "run_01HZX3J8Q3V2C7",
+                     *       "status": "interrupted"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AgUiStopResult"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui/stop",
                      *       "code": "database_unavailable"
                      *     }
                      */
