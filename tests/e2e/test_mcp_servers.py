@@ -1,6 +1,8 @@
 """`/mcp` on two real replicas sharing one database, driven with the official `mcp` SDK's
 client over Streamable HTTP: the transport is stateless, so each request may land on either
-replica (a call on one, its continuation, retry or cancel on the other)."""
+replica (a call on one, its continuation, retry or cancel on the other). The official
+TypeScript SDK's client does the same from Node (clients/mcp-tests, installed by `npm ci`
+there as `.ci/run` does; skipped without it)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Server, TenantKey
+from tests.e2e.test_ag_ui_node import node_test
 from tests.e2e.test_runs import replicas  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,3 +220,11 @@ async def test_the_example_runs_against_a_server(
     assert "answer: echo: hello" in done.stdout
     assert "continued: echo: and again" in done.stdout
     assert "progress" in done.stdout and "slow answer: word1 word2 word3 word4" in done.stdout
+
+
+async def test_the_typescript_sdk_client_on_two_replicas(
+    replicas: list[Server],  # noqa: F811
+    tenant: TenantKey,
+) -> None:
+    out = await node_test(ROOT / "clients" / "mcp-tests", "test/", replicas, tenant)
+    assert "# pass 2" in out and "# fail 0" in out
