@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
+from app.api.admin import routes as admin
 from app.api.ag_ui import routes as ag_ui
 from app.api.openapi import docs
 from app.api.ops import debug
@@ -44,6 +45,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     event_types.router,
     webhooks.router,
     ops.router,
+    admin.router,
     ui_router,
     docs.router,
 )
