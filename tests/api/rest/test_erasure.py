@@ -111,9 +111,8 @@ async def write_everywhere(api: httpx.AsyncClient, marker: str) -> str:
         await api.post(f"/v1/sessions/{sid}/runs", json={"input": f"[tool:delegate {child}]"})
     )
     assert marker in delegated["output"], delegated
-    await ok(
-        await api.post(f"/v1/sessions/{sid}/compact", json={"strategy": "summarize", "keep_last": 1})
-    )
+    compact = {"strategy": "summarize", "keep_last": 1}
+    await ok(await api.post(f"/v1/sessions/{sid}/compact", json=compact))
     await ok(
         await api.post(
             "/v1/webhooks",
@@ -191,3 +190,64 @@ async def test_erasing_a_session_leaves_its_marker_nowhere(
     assert receipt["counts"]["sessions_erased"] == 2 and receipt["counts"]["files"] == 1
     assert marker not in json.dumps(receipt)
 
+
+async def test_erasing_a_tenant_leaves_its_marker_nowhere_and_others_untouched(
+    erasing_app: object,
+    admin: httpx.AsyncClient,
+    tenant: TenantKey,
+    other_tenant: TenantKey,
+    database_url: str,
+    workspace_root: Path,
+) -> None:
+    marker, kept = f"mk{uuid.uuid4().hex}", f"mk{uuid.uuid4().hex}"
+    async with client_of(erasing_app, tenant.headers) as api:
+        await write_everywhere(api, marker)
+        await write_everywhere(api, marker)  # two sessions, and the children they delegated
+    async with client_of(erasing_app, other_tenant.headers) as other:
+        other_sid = await write_everywhere(other, kept)
+    assert (await tables_holding(database_url, marker)).get("session_events")
+
+    receipt = await ok(
+        await admin.delete(
+            f"/v1/admin/tenants/{tenant.tenant_id}", params={"requested_by": "ticket-1"}
+        )
+    )
+
+    assert await tables_holding(database_url, marker) == {}
+    assert files_holding(workspace_root, marker) == []
+    assert not (workspace_root / tenant.tenant_id).exists()
+    assert receipt["scope"] == "tenant" and receipt["requested_by"] == "admin-api:ticket-1"
+    counts = receipt["counts"]
+    assert counts["tenants"] == 1 and counts["api_keys"] == 1 and counts["sessions"] == 4
+    assert counts["files"] == 2 and marker not in json.dumps(receipt)
+    async with client_of(erasing_app, tenant.headers) as api:
+        refused = await api.get("/v1/sessions")
+        assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
+    listed = await ok(await admin.get(f"/v1/admin/tenants/{tenant.tenant_id}/erasures"))
+    assert [r["receipt_id"] for r in listed["data"]] == [receipt["receipt_id"]]
+    # The other tenant keeps everything.
+    assert (await tables_holding(database_url, kept)).get("session_events")
+    assert files_holding(workspace_root, kept) != []
+    async with client_of(erasing_app, other_tenant.headers) as other:
+        await ok(await other.get(f"/v1/sessions/{other_sid}"))
+    again = await admin.delete(f"/v1/admin/tenants/{tenant.tenant_id}")
+    assert again.status_code == 404 and again.json()["code"] == "tenant_not_found"
+
+
+async def test_the_operators_routes_take_the_admin_token_only(
+    erasing_app: object, tenant: TenantKey, anon: httpx.AsyncClient
+) -> None:
+    path = f"/v1/admin/tenants/{tenant.tenant_id}/erasures"
+    async with client_of(erasing_app, tenant.headers) as api:
+        refused = await api.get(path)
+    assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
+    async with client_of(erasing_app, {"Authorization": "Bearer " + "y" * 48}) as wrong:
+        assert (await wrong.delete(f"/v1/admin/tenants/{tenant.tenant_id}")).status_code == 401
+    # The shared test app has no admin token: the routes do not exist there.
+    off = await anon.get(path)
+    assert off.status_code == 404 and off.json()["code"] == "admin_disabled"
+    async with client_of(erasing_app, {"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+        bad = await admin.get(path, params={"cursor": "../x"})
+        assert bad.status_code == 422
+        bad_id = await admin.delete("/v1/admin/tenants/a%20b")
+        assert bad_id.status_code == 422
