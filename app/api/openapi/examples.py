@@ -597,6 +597,33 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         }
     },
     "list_schedule_runs": {"responses": {200: {"data": [FIRE], "next_cursor": None}}},
+    "export_sessions": {
+        "responses": {},
+        "ndjson": "".join(
+            json.dumps(line, separators=(",", ":")) + "\n"
+            for line in (
+                {
+                    "kind": "session",
+                    "format": "asr.session-ledger.v1",
+                    "session_id": SID,
+                    "last_seq": 2,
+                    "metadata": {"user": "alice"},
+                    "agent": {"provider": "scripted"},
+                    "binding": {"workspace": "repo-a"},
+                    "root_session_id": SID,
+                    "parent_session_id": None,
+                    "forked_from_seq": None,
+                    "exported_at": LATER,
+                },
+                {"kind": "event", **EVENT},
+                {
+                    "kind": "cursor",
+                    "cursor": "WyIyMDI2LTA1LTAxVDEyOjAwOjAwKzAwOjAwIiwgImRlbW8iXQ==",
+                },
+                {"kind": "end", "sessions": 1},
+            )
+        ),
+    },
     "erase_tenant": {"responses": {200: TENANT_RECEIPT}},
     "list_erasures": {
         "responses": {200: {"data": [TENANT_RECEIPT, SESSION_RECEIPT], "next_cursor": None}}
