@@ -85,11 +85,13 @@ class ErasureStore(ABC):
             )
             if found.first() is None:
                 return None
-            return await self._delete_session_rows(conn, tenant_id, session_id)
+            return await self.delete_session_rows(conn, tenant_id, session_id)
 
-    async def _delete_session_rows(
+    async def delete_session_rows(
         self, conn: AsyncConnection, tenant_id: str, session_id: str
     ) -> dict[str, int]:
+        """In the open write transaction `conn`, whose caller locked the session row:
+        delete the session's rows and every row that names it; rows deleted per table."""
         counts: dict[str, int] = {}
 
         async def drop(table: Table, *where: ColumnElement[bool]) -> None:

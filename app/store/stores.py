@@ -147,6 +147,6 @@ def _compose(
         idempotency=idempotency,
         webhooks=WebhookStore(db, idempotency, cross),
         schedules=ScheduleStore(db, payloads, idempotency, cross),
-        maintenance=MaintenanceStore(db, cross),
+        maintenance=MaintenanceStore(db, cross, erasure),
         erasure=erasure,
     )

@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -20,7 +21,9 @@ import pytest
 from pydantic import SecretStr
 
 from app.main import create_app
+from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.settings import Settings
+from app.store.stores import Stores
 from tests.conftest import TenantKey
 from tests.scan import files_holding, tables_holding
 
@@ -251,3 +254,21 @@ async def test_the_operators_routes_take_the_admin_token_only(
         assert bad.status_code == 422
         bad_id = await admin.delete("/v1/admin/tenants/a%20b")
         assert bad_id.status_code == 422
+
+
+async def test_retention_erases_an_idle_session_as_completely_as_delete(
+    api: httpx.AsyncClient, store: Stores, tenant: TenantKey, database_url: str
+) -> None:
+    """Rows only: a retention pass from the command line has no process plane, and the
+    workspace folders are the service's (see docs/how-to/erase-data.md)."""
+    marker = f"mk{uuid.uuid4().hex}"
+    await write_everywhere(api, marker)
+    report = await apply_retention(
+        store.maintenance,
+        RetentionPolicy(idle_days=1, keep_snapshots=1, webhook_log_days=None),
+        tenants=store.accounts,
+        now=datetime.now(UTC) + timedelta(days=2),
+        tenant_ids=[tenant.tenant_id],
+    )
+    assert len(report.sessions_erased) == 2  # the session and the child it delegated to
+    assert await tables_holding(database_url, marker) == {}
