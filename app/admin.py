@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.assembly import runtime_over
+from app.live.control_wire import CONTROL_CHANNEL, encode_control
 from app.runtime.access.accounts import Accounts
-from app.runtime.ports import SessionRecord
+from app.runtime.ports import ErasureReceipt, LocalControl, RunSignal, SessionRecord
+from app.runtime.session.erasure import Eraser, Workspaces
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.runtime.session.service import Limits, SessionRuntime
 from app.runtime.session.transfer import export_ledger, import_ledger, parse_export
@@ -32,6 +34,22 @@ class Toolkit:
     stores: Stores
     runtime: SessionRuntime
     accounts: Accounts
+    eraser: Eraser
+
+
+class NotifyControl(LocalControl):
+    """Control messages from the command line: handled here, and sent to the running
+    replicas over PostgreSQL's control channel (SQLite has one process: nothing to tell)."""
+
+    def __init__(self, stores: Stores) -> None:
+        super().__init__()
+        self._notifier = stores.database.announcer.notifier
+
+    async def send_control(self, signal: RunSignal) -> None:
+        await super().send_control(signal)
+        payload = encode_control(signal.kind, signal.tenant_id, signal.run_id)
+        if self._notifier is not None and payload is not None:
+            await self._notifier.send(CONTROL_CHANNEL, [payload])
 
 
 @asynccontextmanager
@@ -46,8 +64,19 @@ async def toolkit(settings: Settings) -> AsyncIterator[Toolkit]:
             snapshot_every=settings.snapshot_every,
         ),
     )
+    eraser = Eraser(
+        stores.erasure,
+        runtime,
+        # The files of the workspace root this machine sees; the replicas remove their own.
+        workspaces=Workspaces(settings.workspace_root),
+        processes=None,  # the replicas stop their own, told by the control message
+        control=NotifyControl(stores),
+        children=settings.erasure_children,
+    )
     try:
-        yield Toolkit(stores=stores, runtime=runtime, accounts=Accounts(stores.accounts))
+        yield Toolkit(
+            stores=stores, runtime=runtime, accounts=Accounts(stores.accounts), eraser=eraser
+        )
     finally:
         await engine.dispose()
 
@@ -229,3 +258,28 @@ async def run_retention(
             "deliveries_deleted": report.deliveries_deleted,
         },
     )
+
+
+def receipt_line(receipt: ErasureReceipt) -> dict[str, Any]:
+    return {
+        "receipt_id": receipt.receipt_id,
+        "tenant_id": receipt.tenant_id,
+        "scope": receipt.scope,
+        "session_id": receipt.session_id,
+        "requested_by": receipt.requested_by,
+        "erased_at": receipt.erased_at.isoformat(),
+        "counts": receipt.counts,
+    }
+
+
+async def erase_tenant(kit: Toolkit, out: TextIO, *, tenant: str, requested_by: str) -> None:
+    """Erase the named tenant and everything it has; prints the receipt."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    receipt = await kit.eraser.erase_tenant(tenant_id, requested_by=requested_by)
+    json_line(out, receipt_line(receipt))
+
+
+async def list_erasures(kit: Toolkit, out: TextIO, *, tenant_id: str, limit: int) -> None:
+    """A tenant's erasure receipts, newest first (by id: the tenant may be gone)."""
+    for receipt in await kit.eraser.list_receipts(tenant_id, limit=limit):
+        json_line(out, receipt_line(receipt))

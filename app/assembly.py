@@ -42,6 +42,7 @@ from app.runtime.runs.blueprints import Blueprints, load_blueprints
 from app.runtime.runs.delegation import DELEGATE, Delegator, delegate_tool
 from app.runtime.runs.manager import RunManager
 from app.runtime.schedules.service import Scheduler, SchedulerTiming
+from app.runtime.session.erasure import Eraser, Workspaces
 from app.runtime.session.redaction import Redactor
 from app.runtime.session.service import Limits, SessionRuntime
 from app.runtime.tools.mcp.catalog import McpCatalog
@@ -91,6 +92,7 @@ async def open_services(
         webhooks, deliverer = enter_webhooks(
             stack, settings, stores, owner=runs.owner, metrics=metrics
         )
+        eraser = build_eraser(settings, stores, runtime, accounts, plane=plane, control=bus)
         stack.callback(shutdown_event.set)  # the first thing stop does
         yield Services(
             settings=settings,
@@ -113,6 +115,7 @@ async def open_services(
             scheduler=scheduler,
             webhooks=webhooks,
             deliverer=deliverer,
+            eraser=eraser,
             stream_slots=StreamSlots(settings.sse_max_streams_per_tenant),
             stream_tokens=build_stream_tokens(settings),
         )
@@ -322,6 +325,28 @@ def _discovery_dir(settings: Settings) -> Path:
     folder = settings.workspace_root.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def build_eraser(
+    settings: Settings,
+    stores: Stores,
+    runtime: SessionRuntime,
+    accounts: Accounts,
+    *,
+    plane: ToolPlane,
+    control: EventBus,
+) -> Eraser:
+    """Erasure over the erasure store, the state caches, the process plane and the
+    workspaces (which exist from earlier runs even with the process plane off now)."""
+    return Eraser(
+        stores.erasure,
+        runtime,
+        workspaces=Workspaces(settings.workspace_root),
+        processes=plane.processes,
+        control=control,
+        forget_tenant=accounts.forget_tenant,
+        children=settings.erasure_children,
+    )
 
 
 # ---------------------------------------------------------------- runs and schedules

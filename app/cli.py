@@ -46,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     tenant = sub.add_parser("tenant", help="tenants").add_subparsers(dest="action", required=True)
     tenant.add_parser("create", help="create a tenant").add_argument("name")
     tenant.add_parser("list", help="list tenants (JSON lines)")
+    erase = tenant.add_parser(
+        "erase", help="erase a tenant: every session, key, subscription, schedule and file"
+    )
+    erase.add_argument("name")
+    erase.add_argument("--by", default="cli", help="who asked, for the receipt (no content)")
+    erasures = tenant.add_parser("erasures", help="a tenant's erasure receipts (JSON lines)")
+    erasures.add_argument("tenant_id", help="the tenant's id (its name is gone with it)")
+    erasures.add_argument("--limit", type=int, default=100)
 
     key = sub.add_parser("key", help="API keys").add_subparsers(dest="action", required=True)
     create = key.add_parser("create", help="create a key; prints it on the last line")
@@ -166,6 +174,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(_retention(args, settings))
     if args.command == "tenant" and args.action == "list":
         return asyncio.run(_tenant_list(settings))
+    if args.command == "tenant" and args.action in ("erase", "erasures"):
+        return asyncio.run(_tenant_erasure(args, settings))
     if args.command == "migrate":
         # Through the direct URL: DDL and Alembic's version row do not belong behind PgBouncer.
         upgrade_head(settings.direct_url)
@@ -199,6 +209,17 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 async def _tenant_list(settings: Settings) -> int:
     async with admin.toolkit(settings) as kit:
         await admin.list_tenants(kit, sys.stdout)
+    return 0
+
+
+async def _tenant_erasure(args: argparse.Namespace, settings: Settings) -> int:
+    async with admin.toolkit(settings) as kit:
+        if args.action == "erase":
+            await admin.erase_tenant(
+                kit, sys.stdout, tenant=args.name, requested_by=f"cli:{args.by}"
+            )
+        else:
+            await admin.list_erasures(kit, sys.stdout, tenant_id=args.tenant_id, limit=args.limit)
     return 0
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from app.runtime.runs.delegation import Delegator
     from app.runtime.runs.manager import RunManager
     from app.runtime.schedules.service import Scheduler
+    from app.runtime.session.erasure import Eraser
     from app.runtime.session.service import SessionRuntime
     from app.runtime.tools.mcp.catalog import McpCatalog
     from app.runtime.tools.processes import ProcessManager
@@ -68,6 +69,7 @@ class Services:
     scheduler: Scheduler
     webhooks: Webhooks
     deliverer: Deliverer | None  # None when this replica does not deliver webhooks
+    eraser: Eraser
     stream_slots: StreamSlots
     stream_tokens: StreamTokens
 

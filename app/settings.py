@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         "<this token>` (401 otherwise), for a scraper's `bearer_token`. Unset: open, as the "
         "health checks are; then keep /metrics off the public side of the proxy.",
     )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="The operators' bearer token for `/v1/admin/...` (tenant erasure, erasure "
+        "receipts); at least 32 characters. Unset: those routes answer 404.",
+    )
     otel_enabled: bool = Field(
         default=False, description="OpenTelemetry tracing (needs the `otel` extra)."
     )
@@ -336,6 +341,11 @@ class Settings(BaseSettings):
     retention_keep_snapshots: int = Field(
         default=3, ge=1, description="`asr retention run` keeps this many newest snapshots."
     )
+    erasure_children: Literal["erase", "keep"] = Field(
+        default="erase",
+        description="Erasing a session also erases the sessions it delegated work to (`erase`), "
+        "or leaves them (`keep`). Forks are never touched: they hold copies of their own.",
+    )
     retention_webhook_log_days: int | None = Field(
         default=30,
         ge=1,
@@ -414,6 +424,13 @@ class Settings(BaseSettings):
     def _postgres_listen_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("postgresql://", "postgresql+asyncpg://")):
             raise ValueError("listen_database_url must be a postgresql:// URL")
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _strong_admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError("admin_token must be at least 32 characters")
         return value
 
     @field_validator("stream_token_secret")

@@ -36,6 +36,7 @@ BENCHES = (
     "cancel_cross_replica",
     "delta_fanout",
     "scale",
+    "erase_tenant",
 )
 
 # (figure name prefix, check on the figure, the target as text) — PostgreSQL only.
@@ -136,6 +137,10 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 add(await delta_fanout_figures(url, sizes, log))
             if "scale" in only:
                 add(await bench.scale(small))
+            if "erase_tenant" in only:
+                from bench.erasure_bench import erase_tenant_figure
+
+                add([await erase_tenant_figure(bench.store, bench.runtime, sizes, log)])
         finally:
             await bench.close()
     finally:

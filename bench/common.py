@@ -65,6 +65,7 @@ class Sizes:
     delta_runs: int = 20
     scale_events: int = 1_000_000
     scale_sessions: int = 10_000
+    tenant_sessions: int = 10_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -90,6 +91,7 @@ class Sizes:
             delta_runs=2,
             scale_events=20_000,
             scale_sessions=200,
+            tenant_sessions=200,
         )
 
 

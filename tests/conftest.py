@@ -283,6 +283,9 @@ SLOW = (
     "e2e/test_run_durability.py",  # R5, R12: SIGKILL at random points, takeovers
     "e2e/test_graceful_shutdown.py",
     "e2e/test_issue_17_database_outage.py::test_an_outage_is_a_503",
+    # Two tenants written through every content path, one erased, every table scanned.
+    "api/rest/test_erasure.py::test_erasing_a_tenant_leaves",
+    "api/rest/test_erasure.py::test_retention_erases_an_idle_session",
     "e2e/test_memory.py::test_r6_kill_during_save_and_compact",
     "e2e/test_processes.py::test_restart_and_crash_while_processes_run_report_them_restored",
     "e2e/test_client.py::test_session_stream_comes_back_after_a_shutdown_frame",

@@ -223,3 +223,16 @@ def test_retention_cli_reports_json(database_url: str, tenant: TenantKey) -> Non
         "snapshots_deleted": 0,
         "deliveries_deleted": 0,
     }
+
+
+def test_tenant_erase_prints_a_receipt_that_erasures_lists(
+    database_url: str, tenant: TenantKey
+) -> None:
+    erased = asr(database_url, "tenant", "erase", tenant.name, "--by", "ticket-7")
+    assert erased.returncode == 0, erased.stderr
+    receipt = json.loads(erased.stdout.splitlines()[-1])
+    assert receipt["tenant_id"] == tenant.tenant_id and receipt["scope"] == "tenant"
+    assert receipt["requested_by"] == "cli:ticket-7"
+    assert receipt["counts"] == {"api_keys": 1, "tenants": 1}
+    listed = asr(database_url, "tenant", "erasures", tenant.tenant_id)
+    assert [json.loads(line) for line in listed.stdout.splitlines()] == [receipt]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
+from app.api.admin import routes as admin
 from app.api.ag_ui import connect as ag_ui_connect
 from app.api.ag_ui import routes as ag_ui
 from app.api.mcp.endpoint import McpEndpoint, mcp_route
@@ -17,6 +18,7 @@ from app.api.rest import (
     delegation,
     event_types,
     events,
+    export,
     memory,
     models,
     processes,
@@ -42,12 +44,14 @@ ROUTERS: tuple[APIRouter, ...] = (
     delegation.router,
     tools.router,
     events.router,
+    export.router,
     streams.router,
     agents.router,
     models.router,
     event_types.router,
     webhooks.router,
     ops.router,
+    admin.router,
     ui_router,
     docs.router,
 )

@@ -2,7 +2,9 @@
 
 A message names a run that was just fenced (cancel, interrupt, sweep), so that the replica
 executing it aborts its model call or tool at once instead of at its next lease renewal
-(which stays the fallback when a message is lost). The bus sends it (`EventBus.send_control`)
+(which stays the fallback when a message is lost). An erasure rides the same channel
+(`erase_session` naming the session in the run's place, `erase_tenant` with `*`), so every
+replica drops what it holds of what was erased. The bus sends it (`EventBus.send_control`)
 through the store's NOTIFY sender and hears it on its LISTEN connection.
 """
 

@@ -10,6 +10,7 @@ knows about HTTP.
     │   ├── SnapshotNotFound
     │   ├── ProcessNotFound
     │   ├── ProcessesDisabled        (the process plane is off: its routes do not exist)
+    │   ├── AdminDisabled            (no ASR_ADMIN_TOKEN: the operators' routes do not exist)
     │   ├── WebhookNotFound          (also: another tenant's subscription)
     │   └── DeliveryNotFound
     ├── Conflict
@@ -40,6 +41,7 @@ knows about HTTP.
     ├── TooManyRequests          (429, with Retry-After)
     │   └── TooManyProcesses     (the tenant's live processes on this server)
     ├── Unauthorized
+    │   └── AdminUnauthorized    (the operators' routes: the admin token)
     ├── DatabaseUnavailable          (an outage: 503 with Retry-After; retrying may succeed)
     ├── TooManyStreams               (the tenant's cap on open streams; HTTP 429)
     └── TenantNotFound / KeyNotFound (CLI)
@@ -99,6 +101,15 @@ class ProcessesDisabled(NotFound):
 
     def __init__(self) -> None:
         super().__init__("background processes are disabled on this server")
+
+
+class AdminDisabled(NotFound):
+    """No operator token is set (ASR_ADMIN_TOKEN): the operators' routes do not exist."""
+
+    code = "admin_disabled"
+
+    def __init__(self) -> None:
+        super().__init__("the operators' API is disabled on this server (ASR_ADMIN_TOKEN)")
 
 
 class TenantNotFound(NotFound):
@@ -326,6 +337,13 @@ class Unauthorized(AgentSessionError):
     def __init__(self) -> None:
         # One message for unknown, malformed and revoked keys: no oracle for which it was.
         super().__init__("missing or invalid API key")
+
+
+class AdminUnauthorized(Unauthorized):
+    """The operators' routes take the admin token, never a tenant's key."""
+
+    def __init__(self) -> None:
+        AgentSessionError.__init__(self, "missing or invalid admin token")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,16 +15,18 @@ from app.runtime.ports import RunRecord, SessionRecord
 from app.runtime.webhooks.records import PENDING
 from app.store.base import NO_TENANT, Database, session_from_row
 from app.store.cross_tenant import CrossTenantStore
-from app.store.tables import session_events, session_snapshots, sessions, webhook_deliveries
+from app.store.erasure import ErasureStore
+from app.store.tables import session_snapshots, sessions, webhook_deliveries
 
 
 class MaintenanceStore:
     """Retention support (which sessions are idle, removing what a policy allows), the
     sweeps that span tenants (stale runs, expired keys), and the database's health."""
 
-    def __init__(self, db: Database, cross: CrossTenantStore) -> None:
+    def __init__(self, db: Database, cross: CrossTenantStore, erasure: ErasureStore) -> None:
         self.db = db
         self._cross = cross
+        self._erasure = erasure
 
     async def ping(self) -> None:
         """Round trip to the database (readiness)."""
@@ -80,7 +82,8 @@ class MaintenanceStore:
     async def delete_idle_session(
         self, tenant_id: str, session_id: str, *, updated_before: datetime
     ) -> bool:
-        """Erase the session, its events and snapshots, only if it is still idle.
+        """Erase the session, only if it is still idle: its rows and every row that names it,
+        as an erasure does (`ErasureStore.delete_session_rows`).
 
         The row is locked first (FOR UPDATE on PostgreSQL; SQLite has a single writer), so a
         session that a request touched after it was listed is left alone: a write moves
@@ -101,13 +104,7 @@ class MaintenanceStore:
             ).first()
             if still_idle is None:
                 return False
-            for table in (session_events, session_snapshots):
-                await conn.execute(
-                    delete(table).where(
-                        table.c.tenant_id == tenant_id, table.c.session_id == session_id
-                    )
-                )
-            await conn.execute(delete(sessions).where(*key))
+            await self._erasure.delete_session_rows(conn, tenant_id, session_id)
         return True
 
     async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int:

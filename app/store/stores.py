@@ -1,8 +1,8 @@
 """`Stores`: the stores by concern on one database, and `open_stores`, which picks the backend.
 
 Each concern is a narrow store of its own (the ledger, the runs, the accounts, the
-Idempotency-Keys, the webhooks, the schedules, the maintenance), built on one `Database`
-(the engine, its read and write transactions, the announcer). Where the backends differ a
+Idempotency-Keys, the webhooks, the schedules, the maintenance, the erasure), built on one
+`Database` (the engine, its read and write transactions, the announcer). Where the backends differ a
 concern has one class per backend (`app.store.sqlite`, `app.store.postgres`); where they do
 not, one shared class. This module is the one place that chooses: it imports the backend
 packages, which never import it.
@@ -20,12 +20,14 @@ from app.store.accounts import AccountStore
 from app.store.announce import NOTIFY_INTERVAL
 from app.store.base import Database
 from app.store.cross_tenant import CrossTenantStore
+from app.store.erasure import ErasureStore
 from app.store.idempotency import IdempotencyStore
 from app.store.ledger import LedgerStore
 from app.store.maintenance import MaintenanceStore
 from app.store.payloads import Payloads
 from app.store.postgres.cross_tenant import PostgresCrossTenant
 from app.store.postgres.database import PostgresDatabase
+from app.store.postgres.erasure import PostgresErasure
 from app.store.postgres.idempotency import PostgresIdempotency
 from app.store.postgres.ledger import PostgresLedger
 from app.store.postgres.runs import PostgresRuns
@@ -34,6 +36,7 @@ from app.store.runs import RunStore
 from app.store.schedules import ScheduleStore
 from app.store.sqlite.cross_tenant import SqliteCrossTenant
 from app.store.sqlite.database import SqliteDatabase
+from app.store.sqlite.erasure import SqliteErasure
 from app.store.sqlite.idempotency import SqliteIdempotency
 from app.store.sqlite.jobs import Jobs
 from app.store.sqlite.ledger import SqliteLedger
@@ -53,6 +56,7 @@ class Stores:
     webhooks: WebhookStore
     schedules: ScheduleStore
     maintenance: MaintenanceStore
+    erasure: ErasureStore
 
     @property
     def dialect(self) -> str:
@@ -110,7 +114,9 @@ def _sqlite(db: SqliteDatabase, payloads: Payloads, ttl_seconds: int) -> Stores:
     jobs = Jobs(db, payloads)
     runs = SqliteRuns(db, payloads, idempotency, jobs=jobs)
     ledger = SqliteLedger(db, payloads, idempotency, jobs=jobs, runs=runs)
-    return _compose(db, payloads, idempotency, SqliteCrossTenant(db), ledger, runs)
+    return _compose(
+        db, payloads, idempotency, SqliteCrossTenant(db), ledger, runs, SqliteErasure(db)
+    )
 
 
 def _postgres(db: PostgresDatabase, payloads: Payloads, ttl_seconds: int) -> Stores:
@@ -118,7 +124,9 @@ def _postgres(db: PostgresDatabase, payloads: Payloads, ttl_seconds: int) -> Sto
     writes = FunctionWrites(db, payloads, idempotency)
     runs = PostgresRuns(db, payloads, idempotency, writes=writes)
     ledger = PostgresLedger(db, payloads, idempotency, writes=writes, runs=runs)
-    return _compose(db, payloads, idempotency, PostgresCrossTenant(db), ledger, runs)
+    return _compose(
+        db, payloads, idempotency, PostgresCrossTenant(db), ledger, runs, PostgresErasure(db)
+    )
 
 
 def _compose(
@@ -128,6 +136,7 @@ def _compose(
     cross: CrossTenantStore,
     ledger: LedgerStore,
     runs: RunStore,
+    erasure: ErasureStore,
 ) -> Stores:
     """The stores every backend shares, around its own ledger, runs and cross-tenant work."""
     return Stores(
@@ -138,5 +147,6 @@ def _compose(
         idempotency=idempotency,
         webhooks=WebhookStore(db, idempotency, cross),
         schedules=ScheduleStore(db, payloads, idempotency, cross),
-        maintenance=MaintenanceStore(db, cross),
+        maintenance=MaintenanceStore(db, cross, erasure),
+        erasure=erasure,
     )

@@ -339,6 +339,22 @@ schedule_fires = Table(
     ),
 )
 
+# What every erasure removed: who asked, when, how many rows and files of each kind. No
+# content, and no foreign key: the receipt of a tenant's erasure outlives the tenant.
+erasure_receipts = Table(
+    "erasure_receipts",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("receipt_id", String(64), nullable=False),
+    Column("scope", String(16), nullable=False),  # session | tenant
+    Column("session_id", Id, nullable=True),  # the erased session (scope session)
+    Column("requested_by", String(128), nullable=False),
+    Column("erased_at", Timestamp, nullable=False),
+    Column("counts", Json, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "receipt_id"),
+    Index(None, "tenant_id", "erased_at"),
+)
+
 counters = Table(
     "counters",
     metadata,

@@ -5,6 +5,7 @@ Each reads one field of the app's `Services` (`app/services.py`), entered by its
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
@@ -16,13 +17,14 @@ from app.logs import bind
 from app.metrics import Metrics
 from app.runtime.access.accounts import Accounts, Principal
 from app.runtime.access.stream_tokens import StreamGrant, StreamTokens
-from app.runtime.errors import ProcessesDisabled, Unauthorized
+from app.runtime.errors import AdminDisabled, AdminUnauthorized, ProcessesDisabled, Unauthorized
 from app.runtime.models.registry import ModelRegistry
 from app.runtime.ports import LiveBus
 from app.runtime.runs.blueprints import Blueprints
 from app.runtime.runs.delegation import Delegator
 from app.runtime.runs.manager import RunManager
 from app.runtime.schedules.service import Scheduler
+from app.runtime.session.erasure import Eraser
 from app.runtime.session.service import SessionRuntime
 from app.runtime.tools.mcp.catalog import McpCatalog
 from app.runtime.tools.processes import ProcessManager
@@ -32,6 +34,11 @@ from app.services import Services, services_of
 from app.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer asr_...`")
+_admin_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="AdminToken",
+    description="The operators' token (`ASR_ADMIN_TOKEN`), for `/v1/admin/...` only.",
+)
 
 
 async def get_services(request: Request) -> Services:
@@ -171,6 +178,30 @@ async def get_stream_grant(
     return grant
 
 
+async def get_eraser(services: ServicesDep) -> Eraser:
+    return services.eraser
+
+
+async def get_operator(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_admin_bearer)],
+) -> str:
+    """The caller of an operators' route, by the admin token; never a tenant's key. Returns
+    who to name in a receipt (the token is one, so: the admin API).
+
+    Raises:
+        AdminDisabled: no token is configured (the routes answer 404).
+        AdminUnauthorized: a missing or wrong token (the compare takes constant time).
+    """
+    token = services.settings.admin_token
+    if token is None:
+        raise AdminDisabled()
+    given = credentials.credentials.encode() if credentials is not None else b""
+    if not hmac.compare_digest(given, token.get_secret_value().encode()):
+        raise AdminUnauthorized()
+    return "admin-api"
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 AccountsDep = Annotated[Accounts, Depends(get_accounts)]
 BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
@@ -191,6 +222,8 @@ BusDep = Annotated[LiveBus, Depends(get_bus)]
 StreamSlotsDep = Annotated[StreamSlots, Depends(get_stream_slots)]
 StreamTokensDep = Annotated[StreamTokens, Depends(get_stream_tokens)]
 MetricsDep = Annotated[Metrics | None, Depends(get_metrics)]
+EraserDep = Annotated[Eraser, Depends(get_eraser)]
+OperatorDep = Annotated[str, Depends(get_operator)]
 IdempotencyKey = Annotated[
     str | None,
     Header(

@@ -227,6 +227,7 @@ PARAMETERS: dict[str, Any] = {
     "Last-Event-ID": "11",
     "webhook_id": "wh_6f1c2d9a8b7e4f30a1b2c3d4e5f60718",
     "delivery_id": "0b6f8e7a-3c1d-4f2a-9e8b-7c6d5e4f3a21",
+    "tenant_id": "t_3f9a1c",
 }
 
 WEBHOOK: dict[str, Any] = {
@@ -291,6 +292,25 @@ FIRE: dict[str, Any] = {
 }
 
 # operation (route function name) -> {"request": body example, "responses": {status: example}}
+TENANT_RECEIPT: dict[str, Any] = {
+    "receipt_id": "er_20260501120500000000_5f0c2a91",
+    "tenant_id": "t_3f9a1c",
+    "scope": "tenant",
+    "session_id": None,
+    "requested_by": "admin-api:ticket-4411",
+    "erased_at": "2026-05-01T12:05:00.000000Z",
+    "counts": {"api_keys": 1, "runs": 3, "session_events": 42, "sessions": 2, "tenants": 1},
+}
+SESSION_RECEIPT: dict[str, Any] = {
+    **TENANT_RECEIPT,
+    "receipt_id": "er_20260501120200000000_9b1e44d0",
+    "scope": "session",
+    "session_id": SID,
+    "requested_by": "key:asr_k1a2b3",
+    "erased_at": "2026-05-01T12:02:00.000000Z",
+    "counts": {"runs": 1, "session_events": 11, "sessions": 1, "sessions_erased": 1},
+}
+
 OPERATIONS: dict[str, dict[str, Any]] = {
     "create_webhook": {
         "request": {
@@ -616,6 +636,37 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         }
     },
     "list_schedule_runs": {"responses": {200: {"data": [FIRE], "next_cursor": None}}},
+    "export_sessions": {
+        "responses": {},
+        "ndjson": "".join(
+            json.dumps(line, separators=(",", ":")) + "\n"
+            for line in (
+                {
+                    "kind": "session",
+                    "format": "asr.session-ledger.v1",
+                    "session_id": SID,
+                    "last_seq": 2,
+                    "metadata": {"user": "alice"},
+                    "agent": {"provider": "scripted"},
+                    "binding": {"workspace": "repo-a"},
+                    "root_session_id": SID,
+                    "parent_session_id": None,
+                    "forked_from_seq": None,
+                    "exported_at": LATER,
+                },
+                {"kind": "event", **EVENT},
+                {
+                    "kind": "cursor",
+                    "cursor": "WyIyMDI2LTA1LTAxVDEyOjAwOjAwKzAwOjAwIiwgImRlbW8iXQ==",
+                },
+                {"kind": "end", "sessions": 1},
+            )
+        ),
+    },
+    "erase_tenant": {"responses": {200: TENANT_RECEIPT}},
+    "list_erasures": {
+        "responses": {200: {"data": [TENANT_RECEIPT, SESSION_RECEIPT], "next_cursor": None}}
+    },
     "healthz": {"responses": {200: {"status": "ok"}}},
     "readyz": {
         "responses": {

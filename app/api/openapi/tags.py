@@ -68,6 +68,11 @@ TAGS: tuple[tuple[str, str], ...] = (
     ("tools", "The tools an agent may be given: built-in ones and those of MCP servers."),
     ("models", "The model profiles the operator configured, and whether each has its key."),
     (
+        "admin",
+        "For operators, with the admin token (`ASR_ADMIN_TOKEN`): erase a whole tenant, and "
+        "list the erasure receipts that are all an erasure leaves.",
+    ),
+    (
         "operations",
         "For operators: liveness, readiness (database and schema), and Prometheus metrics "
         "(with a bearer token when `ASR_METRICS_TOKEN` is set).",

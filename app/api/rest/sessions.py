@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse
 from app.api.http import views
 from app.api.http.deps import (
     BlueprintsDep,
+    EraserDep,
     IdempotencyKey,
     IfMatch,
     ModelsDep,
-    ProcessPlaneDep,
     RuntimeDep,
     SettingsDep,
     TenantDep,
@@ -205,16 +205,17 @@ async def patch_session(
     summary="Erase a session, its events, snapshots and runs",
     responses=_COMMON,
 )
-async def delete_session(
-    session_id: str, tenant: TenantDep, runtime: RuntimeDep, processes: ProcessPlaneDep
-) -> Response:
-    """Erase the session: its events, snapshots, runs and live processes. Forks of it keep
-    their own copies of its history and are not touched.
+async def delete_session(session_id: str, tenant: TenantDep, eraser: EraserDep) -> Response:
+    """Erase the session: its events, snapshots, runs, the Idempotency-Keys of its writes,
+    the webhook subscriptions and schedules that name it, its live processes and its
+    workspace folder, and the sessions it delegated work to (unless the operator keeps
+    them: `ASR_ERASURE_CHILDREN`). Forks of it keep their own copies of its history and
+    are not touched. Every replica drops what it holds of it; an erasure receipt (counts,
+    no content) is kept for the operator.
     """
-    if processes is not None:
-        # An erased session's processes would run on for nobody until their time cap.
-        await processes.stop_session(tenant.tenant_id, session_id)
-    await runtime.delete(tenant.tenant_id, session_id)
+    await eraser.erase_session(
+        tenant.tenant_id, session_id, requested_by=f"key:{tenant.key_prefix}"
+    )
     return Response(status_code=204)
 
 

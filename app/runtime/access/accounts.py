@@ -70,6 +70,11 @@ class Accounts:
             raise KeyNotFound(f"no live key with prefix {prefix!r}")
         self._cache.clear()
 
+    def forget_tenant(self, tenant_id: str) -> None:
+        """Drop the cached keys of an erased tenant, so none is accepted a moment longer."""
+        for key in [k for k, (_, p) in self._cache.items() if p.tenant_id == tenant_id]:
+            del self._cache[key]
+
     async def rotate_key(self, tenant_name: str, old: str) -> tuple[str, ApiKeyRecord]:
         """A new key for the tenant, and the old one (key or prefix) revoked."""
         parsed = parse_key(old)

@@ -5,8 +5,9 @@ The runtime depends on these protocols, never on SQLAlchemy. `app.store.stores.S
 holds their implementations on SQLite and PostgreSQL: `LedgerPort` is the ledger store,
 `RunPort` the run store, `IdempotencyPort` the Idempotency-Key store and `MaintenancePort`
 (part of) the maintenance store, `AccountPort`, `SchedulePort`, `RetentionPort` and
-`TenantList` the account, schedule and maintenance stores as their services see them. The
-webhooks' port is beside its records (`app.runtime.webhooks.records.WebhookPort`).
+`TenantList` the account, schedule and maintenance stores as their services see them,
+`ErasurePort` the erasure store. The webhooks' port is beside its records
+(`app.runtime.webhooks.records.WebhookPort`).
 
   records.py  the rows and the values written (frozen dataclasses)
   stores.py   the store ports
@@ -28,6 +29,7 @@ from app.runtime.ports.live import (
 from app.runtime.ports.records import (
     ApiKeyRecord,
     AppendResult,
+    ErasureReceipt,
     FireRecord,
     IdempotencyRecord,
     IdempotencyToken,
@@ -45,6 +47,7 @@ from app.runtime.ports.records import (
 )
 from app.runtime.ports.stores import (
     AccountPort,
+    ErasurePort,
     HeldSession,
     IdempotencyPort,
     LedgerPort,
@@ -60,6 +63,8 @@ __all__ = [
     "AccountPort",
     "ApiKeyRecord",
     "AppendResult",
+    "ErasurePort",
+    "ErasureReceipt",
     "FireRecord",
     "HeldSession",
     "IdempotencyPort",

@@ -64,8 +64,10 @@ class RunSignal:
     """A control message about a run for the replica that executes it.
 
     `kind` is "interrupt": the run was fenced (cancelled, interrupted, swept), so its owner
-    stops its model call or tool now. Delivery is best effort: the owner's lease renewal
-    finds the fence anyway, one heartbeat later.
+    stops its model call or tool now. `erase_session` (`run_id` is the session's id) and
+    `erase_tenant` (`run_id` is `*`) say what was erased, for every replica to drop it.
+    Delivery is best effort: the owner's lease renewal finds the fence anyway, one
+    heartbeat later.
     """
 
     kind: str

@@ -247,3 +247,20 @@ class IdempotencyRecord:
     status_code: int | None = None
     response: bytes | None = None
     headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureReceipt:
+    """The record that an erasure happened: who asked, when, how many of each kind went.
+
+    It holds no content (the erased session's id is its only subject), and it is kept after
+    the tenant itself is gone: it is what an operator shows for an erasure request.
+    """
+
+    receipt_id: str
+    tenant_id: str
+    scope: str  # session | tenant
+    session_id: str | None
+    requested_by: str
+    erased_at: datetime
+    counts: dict[str, int]

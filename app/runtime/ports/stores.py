@@ -1,8 +1,9 @@
 """The store ports, one protocol per concern: `LedgerPort` (with `SessionWriter` and
 `HeldSession`), `RunPort`, `IdempotencyPort`, `MaintenancePort` (`SessionRuntime` is their
 one caller), `AccountPort` (`Accounts`), `SchedulePort` (`Scheduler`), `RetentionPort` and
-`TenantList` (`apply_retention`). `app.store.stores.Stores` holds their implementations;
-the webhooks' port is beside its records (`app.runtime.webhooks.records.WebhookPort`)."""
+`TenantList` (`apply_retention`), `ErasurePort` (`Eraser`). `app.store.stores.Stores` holds
+their implementations; the webhooks' port is beside its records
+(`app.runtime.webhooks.records.WebhookPort`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 from app.runtime.ports.records import (
     ApiKeyRecord,
     AppendResult,
+    ErasureReceipt,
     FireRecord,
     IdempotencyRecord,
     IdempotencyToken,
@@ -361,3 +363,20 @@ class RetentionPort(Protocol):
     async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int: ...
 
     async def delete_settled_deliveries(self, tenant_id: str, *, before: datetime) -> int: ...
+
+
+class ErasurePort(Protocol):
+    """What an erasure removes and records (the erasure store): every row of a session or
+    of a tenant, in one transaction each, and the receipts."""
+
+    async def list_delegated_children(self, tenant_id: str, session_id: str) -> list[str]: ...
+
+    async def erase_session(self, tenant_id: str, session_id: str) -> dict[str, int] | None: ...
+
+    async def erase_tenant(self, tenant_id: str) -> dict[str, int] | None: ...
+
+    async def save_receipt(self, receipt: ErasureReceipt) -> None: ...
+
+    async def list_receipts(
+        self, tenant_id: str, *, limit: int = 100, before: str | None = None
+    ) -> list[ErasureReceipt]: ...

@@ -358,6 +358,15 @@ class SessionRuntime:
             raise SessionNotFound(session_id)
         self._cache.pop((tenant_id, session_id), None)
 
+    def forget(self, tenant_id: str, session_id: str | None = None) -> None:
+        """Drop the cached state of a session (None: of every session of the tenant), once
+        its rows are erased here or on another replica."""
+        if session_id is not None:
+            self._cache.pop((tenant_id, session_id), None)
+            return
+        for key in [key for key in self._cache if key[0] == tenant_id]:
+            del self._cache[key]
+
     async def patch(
         self,
         tenant_id: str,

@@ -489,6 +489,12 @@ class ProcessManager:
             await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in live)), 5)
         return len(live)
 
+    async def stop_tenant(self, tenant_id: str) -> int:
+        """Stop every live process of a tenant (before it is erased); returns how many."""
+        sessions = {p.session_id for p in self._live.values() if p.tenant_id == tenant_id}
+        stopped = await asyncio.gather(*(self.stop_session(tenant_id, s) for s in sessions))
+        return sum(stopped)
+
     async def shutdown(self) -> None:
         """Stop every live process and record it (`service_stopped`) before the store closes."""
         live = list(self._live.values())

@@ -53,8 +53,12 @@ export interface paths {
         post?: never;
         /**
          * Erase a session, its events, snapshots and runs
-         * @description Erase the session: its events, snapshots, runs and live processes. Forks of it keep
-         *     their own copies of its history and are not touched.
+         * @description Erase the session: its events, snapshots, runs, the Idempotency-Keys of its writes,
+         *     the webhook subscriptions and schedules that name it, its live processes and its
+         *     workspace folder, and the sessions it delegated work to (unless the operator keeps
+         *     them: `ASR_ERASURE_CHILDREN`). Forks of it keep their own copies of its history and
+         *     are not touched. Every replica drops what it holds of it; an erasure receipt (counts,
+         *     no content) is kept for the operator.
          */
         delete: operations["deleteSession"];
         options?: never;
@@ -841,6 +845,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/export/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export every session of the tenant as JSON Lines (resumable)
+         * @description Every session of the caller's tenant with its whole ledger, as one stream of JSON
+         *     Lines, for moving a tenant's data elsewhere. Resume a cut-off export with the last
+         *     `cursor` line received: nothing is sent twice and nothing is skipped.
+         */
+        get: operations["exportSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/events/stream": {
         parameters: {
             query?: never;
@@ -1149,6 +1175,51 @@ export interface paths {
          *     only `Authorization: Bearer <that token>` gets them; anything else is 401.
          */
         get: operations["getMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Erase a tenant: every session, key, subscription, schedule and file
+         * @description Erase every row the tenant has in every table (its sessions with their events,
+         *     snapshots, runs, Idempotency-Keys, webhook subscriptions and deliveries, schedules,
+         *     keys, and the tenant itself), stop its processes and remove its workspace folder, and
+         *     drop its cached state on every replica. Answers the receipt, which is all that stays.
+         */
+        delete: operations["eraseTenant"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant_id}/erasures": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a tenant's erasure receipts, newest first
+         * @description The receipts of every erasure of the tenant's sessions, and of the tenant itself,
+         *     newest first: who asked, when, and how many rows and files went. They hold no content
+         *     and are kept when the tenant is erased.
+         */
+        get: operations["listErasures"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2600,6 +2671,53 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+        };
+        /** ErasureReceiptList */
+        ErasureReceiptList: {
+            /** Data */
+            data: components["schemas"]["ErasureReceiptRead"][];
+            /**
+             * Next Cursor
+             * @description Pass as `cursor` for the next (older) page.
+             */
+            next_cursor: string | null;
+        };
+        /**
+         * ErasureReceiptRead
+         * @description That an erasure happened: who asked, when, how many of each kind went; no content.
+         */
+        ErasureReceiptRead: {
+            /** Receipt Id */
+            receipt_id: string;
+            /** Tenant Id */
+            tenant_id: string;
+            /**
+             * Scope
+             * @description `session` or `tenant`.
+             */
+            scope: string;
+            /**
+             * Session Id
+             * @description The erased session (scope `session`).
+             */
+            session_id: string | null;
+            /**
+             * Requested By
+             * @description Who asked: `key:<prefix>` (a tenant's key), `admin-api`, or what the operator named on the command line.
+             */
+            requested_by: string;
+            /**
+             * Erased At
+             * Format: date-time
+             */
+            erased_at: string;
+            /**
+             * Counts
+             * @description Rows deleted per table, `sessions_erased` (delegated children included), `processes_stopped`, and `files` removed from workspaces; zero counts are left out.
+             */
+            counts: {
+                [key: string]: number;
+            };
         };
         /**
          * Error
@@ -15782,6 +15900,135 @@ export interface operations {
             };
         };
     };
+    exportSessions: {
+        parameters: {
+            query?: {
+                /** @description The last `cursor` line of a cut-off export. */
+                cursor?: string | null;
+                /**
+                 * @description At most this many sessions (default: all).
+                 * @example 50
+                 */
+                limit?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One JSON object a line: per session a `session` line (the export header), its `event` lines and a `cursor` line; an `end` line last. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {"kind":"session","format":"asr.session-ledger.v1","session_id":"demo","last_seq":2,"metadata":{"user":"alice"},"agent":{"provider":"scripted"},"binding":{"workspace":"repo-a"},"root_session_id":"demo","parent_session_id":null,"forked_from_seq":null,"exported_at":"2026-05-01T12:00:01.250000Z"}
+                     *     {"kind":"event","event_id":"evt_01HZX3J8Q3V2C7A","session_id":"demo","seq":2,"type":"MEMORY_ITEMS_APPENDED","run_id":null,"turn_id":null,"payload":{"items":[{"type":"message","role":"user","content":"hello"}]},"created_at":"2026-05-01T12:00:00.000000Z","position":42}
+                     *     {"kind":"cursor","cursor":"WyIyMDI2LTA1LTAxVDEyOjAwOjAwKzAwOjAwIiwgImRlbW8iXQ=="}
+                     *     {"kind":"end","sessions":1}
+                     */
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/export/sessions",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/export/sessions",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/export/sessions",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/export/sessions",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/export/sessions",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     streamSessionEvents: {
         parameters: {
             query?: {
@@ -18077,6 +18324,340 @@ export interface operations {
                      *       "detail": "no session 'demo'",
                      *       "instance": "/metrics",
                      *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    eraseTenant: {
+        parameters: {
+            query?: {
+                /** @description Who asked for it (a ticket, a name); no content. */
+                requested_by?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @example t_3f9a1c */
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "receipt_id": "er_20260501120500000000_5f0c2a91",
+                     *       "tenant_id": "t_3f9a1c",
+                     *       "scope": "tenant",
+                     *       "session_id": null,
+                     *       "requested_by": "admin-api:ticket-4411",
+                     *       "erased_at": "2026-05-01T12:05:00.000000Z",
+                     *       "counts": {
+                     *         "api_keys": 1,
+                     *         "runs": 3,
+                     *         "session_events": 42,
+                     *         "sessions": 2,
+                     *         "tenants": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErasureReceiptRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listErasures: {
+        parameters: {
+            query?: {
+                /** @example 50 */
+                limit?: number;
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @example t_3f9a1c */
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "receipt_id": "er_20260501120500000000_5f0c2a91",
+                     *           "tenant_id": "t_3f9a1c",
+                     *           "scope": "tenant",
+                     *           "session_id": null,
+                     *           "requested_by": "admin-api:ticket-4411",
+                     *           "erased_at": "2026-05-01T12:05:00.000000Z",
+                     *           "counts": {
+                     *             "api_keys": 1,
+                     *             "runs": 3,
+                     *             "session_events": 42,
+                     *             "sessions": 2,
+                     *             "tenants": 1
+                     *           }
+                     *         },
+                     *         {
+                     *           "receipt_id": "er_20260501120200000000_9b1e44d0",
+                     *           "tenant_id": "t_3f9a1c",
+                     *           "scope": "session",
+                     *           "session_id": "demo",
+                     *           "requested_by": "key:asr_k1a2b3",
+                     *           "erased_at": "2026-05-01T12:02:00.000000Z",
+                     *           "counts": {
+                     *             "runs": 1,
+                     *             "session_events": 11,
+                     *             "sessions": 1,
+                     *             "sessions_erased": 1
+                     *           }
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErasureReceiptList"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/erasures",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/erasures",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/erasures",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/erasures",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/erasures",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/erasures",
+                     *       "code": "database_unavailable"
                      *     }
                      */
                     "application/problem+json": components["schemas"]["Problem"];

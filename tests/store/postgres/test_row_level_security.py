@@ -34,7 +34,7 @@ from sqlalchemy import select, text, update
 from app.main import create_app
 from app.runtime.access.accounts import Accounts
 from app.runtime.errors import TenantAlreadyExists, Unauthorized
-from app.runtime.ports import FireRecord, IdempotencyToken, NewRun, NewSession
+from app.runtime.ports import ErasureReceipt, FireRecord, IdempotencyToken, NewRun, NewSession
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.runtime.webhooks.records import NewWebhook
@@ -368,8 +368,8 @@ _SCHEDULE = {
 
 async def _tenant_in_every_table(store: Stores) -> TenantKey:
     """A tenant with rows in every tenant table: a key, a session with events, a snapshot,
-    an Idempotency-Key, a live run, a webhook subscription with a delivery, and a schedule
-    with a fire."""
+    an Idempotency-Key, a live run, a webhook subscription with a delivery, a schedule
+    with a fire, and an erasure receipt."""
     tenant = await make_tenant(store)
     await store.webhooks.create_webhook(
         tenant.tenant_id,
@@ -402,6 +402,8 @@ async def _tenant_in_every_table(store: Stores) -> TenantKey:
     fire = FireRecord("sch", now, "manual", "skipped", "run_in_progress", 1, None, "s", now)
     await store.schedules.append_schedule_fire(tenant.tenant_id, fire)
     assert schedule.schedule_id == "sch"
+    receipt = ErasureReceipt("er_1", tenant.tenant_id, "session", "gone", "test", now, {})
+    await store.erasure.save_receipt(receipt)
     return tenant
 
 
