@@ -131,8 +131,7 @@ class Metrics:
         )
         self.webhook_failures = Counter(
             "asr_webhook_deliveries_failed",
-            "Webhook deliveries given up after their retry window (the subscription is"
-            " disabled).",
+            "Webhook deliveries given up after their retry window (the subscription is disabled).",
             registry=r,
         )
         self.webhook_lag = Histogram(

@@ -66,6 +66,7 @@ async def start_process(
     """Start a command in the session's workspace, as the `shell` tool does: split like a
     shell but run without one; its program must be allowed by name (422 `command_not_allowed`).
     """
+
     async def produce(token: IdempotencyToken | None) -> Response:
         return _started(
             await processes.start(
@@ -144,6 +145,7 @@ async def write_process_stdin(
     """Write to a running process's stdin; `eof: true` closes it afterwards. 409
     `process_not_running` once the process has ended.
     """
+
     # Stdin is outside the ledger: nothing to seal the key in, so it is recorded with the
     # answer (a replay once answered; no protection against a crash before that).
     async def produce(_: IdempotencyToken | None) -> Response:

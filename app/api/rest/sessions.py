@@ -237,6 +237,7 @@ async def append_items(
     model, as one MEMORY_ITEMS_APPENDED event. With `expected_seq` the append happens only if the
     session's last seq is still that value (else 409 `seq_conflict` with `current_seq`).
     """
+
     async def produce(token: IdempotencyToken | None) -> Response:
         result = await runtime.append_items(
             tenant.tenant_id,
@@ -289,6 +290,7 @@ async def save_session(
     instead of folding the whole ledger. With `If-Match` the save happens only at that version
     (else 412).
     """
+
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.save(
             tenant.tenant_id, session_id, if_match=_if_match(if_match), idempotency=token
@@ -400,6 +402,7 @@ async def restore_session(
     """Install a recovery object (from `GET .../state`, of this or another session) as the
     memory baseline (SESSION_RESTORED). With `If-Match`, only at that version.
     """
+
     async def produce(token: IdempotencyToken | None) -> Response:
         loaded = await runtime.restore(
             tenant.tenant_id,
