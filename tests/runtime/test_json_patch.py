@@ -51,7 +51,7 @@ APPLIES: list[tuple[Any, list[dict[str, Any]], Any]] = [
         {"foo": ["bar"]},
         [{"op": "add", "path": "/foo/-", "value": ["abc", "def"]}],
         {"foo": ["bar", ["abc", "def"]]},
-    ),  # fmt: skip
+    ),
     ({"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": 10}], {"/": 9, "~1": 10}),
     ({"foo": None}, [{"op": "add", "path": "/foo", "value": 1}], {"foo": 1}),
     ({"a": [1]}, [{"op": "copy", "from": "/a", "path": "/b"}], {"a": [1], "b": [1]}),
