@@ -223,6 +223,9 @@ DELIVERY: dict[str, Any] = {
 }
 
 # operation (route function name) -> {"request": body example, "responses": {status: example}}
+# The shared state of `demo`: a to-do list its page and its model both edit.
+SHARED_STATE: dict[str, Any] = {"title": "Release", "todos": [{"title": "plan", "done": False}]}
+
 OPERATIONS: dict[str, dict[str, Any]] = {
     "create_webhook": {
         "request": {
@@ -280,6 +283,21 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "get_state": {"responses": {200: STATE}},
+    "get_shared_state": {"responses": {200: SHARED_STATE}},
+    "patch_shared_state": {
+        "request": [
+            {"op": "test", "path": "/todos/0/done", "value": False},
+            {"op": "replace", "path": "/todos/0/done", "value": True},
+            {"op": "add", "path": "/todos/-", "value": {"title": "ship", "done": False}},
+        ],
+        "responses": {
+            200: {
+                **SHARED_STATE,
+                "todos": [{"title": "plan", "done": True}, {"title": "ship", "done": False}],
+            }
+        },
+    },
+    "put_shared_state": {"request": SHARED_STATE, "responses": {200: SHARED_STATE}},
     "save_session": {"responses": {200: {"session_id": SID, "snapshot_seq": 3, "version": 3}}},
     "resume_session": {"request": {"binding": {"workspace": "repo-a"}}, "responses": {200: STATE}},
     "fork_session": {
