@@ -18,20 +18,18 @@ from construction on, what must exist before that:
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
-from app.api.http.problems import install_problem_handlers, problem_response
+from app.api.http.problems import install_problem_handlers
 from app.api.openapi.document import install_openapi, operation_id
+from app.api.ops.metrics_token import MetricsTokenMiddleware
 from app.api.routes import include_routers
 from app.api.streams.revocation import StreamRevocationMiddleware
 from app.assembly import open_services
@@ -97,36 +95,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_openapi(app)
     return app
-
-
-class MetricsTokenMiddleware:
-    """`/metrics` only for `Authorization: Bearer <ASR_METRICS_TOKEN>` (401 otherwise).
-
-    The route itself takes no API key (a scraper is no tenant); this guard sits in front of
-    it when the operator sets a token. The comparison takes the same time however much of
-    the token a caller got right."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/metrics":
-            await self.app(scope, receive, send)
-            return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(given, self.expected):
-            await self.app(scope, receive, send)
-            return
-        response = problem_response(
-            Request(scope),
-            status=401,
-            code="unauthorized",
-            title="Unauthorized",
-            detail="missing or invalid metrics token (ASR_METRICS_TOKEN)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-        await response(scope, receive, send)
 
 
 def begin_shutdown(app: FastAPI) -> None:

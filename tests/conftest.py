@@ -291,6 +291,7 @@ SLOW = (
     # Several replicas, or many writers, at once.
     "e2e/test_schedules_replicas.py",
     "e2e/test_ag_ui_servers.py",
+    "e2e/test_ag_ui_node.py",  # Node (the official AG-UI client, CopilotKit) on two replicas
     "e2e/test_concurrent_writers.py",
     "e2e/test_runs.py::test_r4_ten_concurrent_runs_across_two_replicas",
     "e2e/test_http_server.py::test_r3_optimistic_writers_with_expected_seq",

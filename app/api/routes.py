@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
+from app.api.ag_ui import connect as ag_ui_connect
 from app.api.ag_ui import routes as ag_ui
 from app.api.openapi import docs
 from app.api.ops import debug
@@ -35,6 +36,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     runs.router,
     runs.oneshot,
     schedules.router,
+    # Before `ag_ui.router`: its `/v1/ag-ui/{agent_name}` would take `connect` and `stop`.
+    ag_ui_connect.router,
     ag_ui.router,
     processes.router,
     delegation.router,

@@ -40,6 +40,7 @@ class RunFollow:
         run: RunRecord,
         *,
         deltas: bool,
+        after: int | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.run = run
@@ -48,6 +49,15 @@ class RunFollow:
         self._deltas = deltas
         self._stack = ExitStack()
         self._sub: Subscription | None = None
+        if after is not None:
+            # A client joining mid-run (AG-UI connect, a resumed stream): the run's events
+            # after a seq it already has (a snapshot as of that seq, or its Last-Event-ID).
+            self._subscribe(after)
+            self._after: int | None = after
+            self._known: Sequence[Event] = ()
+            self.first_ready = False
+            self.items = self._items()
+            return
         head = run.last_seq
         if head is None:  # queued: its events come after the session's head as it is now
             cached = streams.runtime.cached(tenant_id, run.session_id)
@@ -129,6 +139,10 @@ class RunStreams:
         # The events of a run's start this process committed (`RunManager.start_events`).
         self.known = known
 
-    def follow(self, tenant_id: str, run: RunRecord, *, deltas: bool) -> RunFollow:
-        """Subscribe to the run now (call it before awaiting anything after its start)."""
-        return RunFollow(self, tenant_id, run, deltas=deltas)
+    def follow(
+        self, tenant_id: str, run: RunRecord, *, deltas: bool, after: int | None = None
+    ) -> RunFollow:
+        """Subscribe to the run now (call it before awaiting anything after its start).
+        `after`: only the run's events above this seq of the session (a client that has
+        the rest); `head` of the subscription, so it must be committed already."""
+        return RunFollow(self, tenant_id, run, deltas=deltas, after=after)

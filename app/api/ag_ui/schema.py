@@ -36,4 +36,6 @@ def describe_ag_ui(document: dict[str, Any]) -> None:
             continue
         for operation in item.values():
             media = operation["requestBody"]["content"]["application/json"]
+            if "$ref" in media["schema"]:
+                continue  # a body of its own (connect, stop)
             media["schema"] = {"$ref": f"#/components/schemas/{INPUT_SCHEMA}"}

@@ -77,6 +77,18 @@ def message_id(turn_id: str | None, run_id: str) -> str:
     return f"{MINTED_PREFIX}msg_{turn_id or run_id}"
 
 
+def approval_interrupt(call_id: str, name: str, arguments: Any) -> Interrupt:
+    """The interrupt an approval request stands for (its id is the call's)."""
+    return Interrupt(
+        id=call_id,
+        reason=APPROVAL_REASON,
+        message=f"Approve the call of {name} with {arguments}?",
+        tool_call_id=call_id,
+        response_schema=APPROVAL_RESPONSE_SCHEMA,
+        metadata={"tool": name, "arguments": arguments},
+    )
+
+
 class Translator:
     """Ledger events and delta frames of one run -> AG-UI events (see the module table)."""
 
@@ -181,16 +193,7 @@ class Translator:
 
     def _on_approval_requested(self, event: Event) -> list[BaseEvent]:
         p = event.payload
-        self.interrupts.append(
-            Interrupt(
-                id=p["call_id"],
-                reason=APPROVAL_REASON,
-                message=f"Approve the call of {p['name']} with {p['arguments']}?",
-                tool_call_id=p["call_id"],
-                response_schema=APPROVAL_RESPONSE_SCHEMA,
-                metadata={"tool": p["name"], "arguments": p["arguments"]},
-            )
-        )
+        self.interrupts.append(approval_interrupt(p["call_id"], p["name"], p["arguments"]))
         return []
 
     def _on_auto_stop(self, event: Event) -> list[BaseEvent]:

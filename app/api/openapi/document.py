@@ -27,6 +27,8 @@ from fastapi.routing import APIRoute
 from app.api.ag_ui.schema import describe_ag_ui
 from app.api.http.problems import MEDIA_TYPE
 from app.api.openapi.examples import OPERATIONS, PARAMETERS, problem_example
+from app.api.openapi.tags import describe_tags
+from app.api.openapi.webhooks import describe_webhooks
 
 # Route function names that read badly as operation ids.
 RENAMED = {
@@ -45,6 +47,7 @@ RENAMED = {
 SCHEMA_NAMES = {"RunLimits-Input": "RunLimits", "RunLimits-Output": "RunStartedLimits"}
 
 SSE = "text/event-stream"
+NDJSON = "application/x-ndjson"
 SSE_DESCRIPTION = """Server-Sent Events, one frame per message:
 
 - **ledger event**: `id` = the event's seq (on the tenant stream: an opaque cursor), `event` =
@@ -167,6 +170,8 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
             op_id = operation["operationId"]
             name = names.get(_snake(op_id), _snake(op_id))
             _describe(operation, path, OPERATIONS.get(name, {}))
+    describe_tags(document)
+    describe_webhooks(document)
     return document
 
 
@@ -293,6 +298,8 @@ def _describe(operation: dict[str, Any], path: str, examples: dict[str, Any]) ->
                 "description": SSE_DESCRIPTION,
             }
             content[SSE] = {"schema": schema, "example": examples.get("stream", "")}
+        if NDJSON in content and "ndjson" in examples:
+            content[NDJSON]["example"] = examples["ndjson"]
         if "text" in examples and code == 200:
             for media in content.values():
                 media["example"] = examples["text"]

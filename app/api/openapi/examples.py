@@ -8,6 +8,7 @@ illustrates, so an example cannot drift from the schema.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 CREATED = "2026-05-01T12:00:00.000000Z"
@@ -178,6 +179,43 @@ AG_UI = {
     "stream_schema": AG_UI_FRAMES,
 }
 
+AG_UI_CONNECT_STREAM = (
+    'id: 14\ndata: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run_01HZX3"}\n\n'
+    'id: 14\ndata: {"type":"MESSAGES_SNAPSHOT","messages":[{"id":"msg-1","role":"user",'
+    '"content":"hello"}]}\n\n'
+    'id: 14\ndata: {"type":"STATE_SNAPSHOT","snapshot":{}}\n\n'
+    'id: 14:5\ndata: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}'
+    "\n\n"
+    'id: 14:5\ndata: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo:"}'
+    "\n\n"
+    'id: 15\ndata: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}\n\n'
+    'id: 17\ndata: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run_01HZX3",'
+    '"outcome":{"type":"success"}}\n\n'
+)
+AG_UI_CONNECT = {
+    "request": {"threadId": "thread-1"},
+    "responses": {},
+    "stream": AG_UI_CONNECT_STREAM,
+    "stream_schema": {
+        "type": "object",
+        "description": "AG-UI events, one per `data:` line, each with an `id:` to resume "
+        "from (Last-Event-ID): RUN_STARTED, MESSAGES_SNAPSHOT, STATE_SNAPSHOT, the tool calls "
+        "that wait (TOOL_CALL_START/ARGS/END), then the active run's remaining events, and "
+        "RUN_FINISHED (outcome `interrupt` for approvals that wait) or RUN_ERROR last.",
+    },
+}
+AG_UI_STOP = {
+    "request": {"threadId": "thread-1", "runId": "run-1"},
+    "responses": {
+        200: {
+            "stopped": True,
+            "threadId": "thread-1",
+            "asrRunId": RUN_ID,
+            "status": "interrupted",
+        }
+    },
+}
+
 # Parameters by name, wherever they appear. No Idempotency-Key or If-Match here: fuzzers
 # send examples as they are, and one key on every request would be a reused key.
 PARAMETERS: dict[str, Any] = {
@@ -220,6 +258,36 @@ DELIVERY: dict[str, Any] = {
     "response_code": 204,
     "delivered_at": LATER,
     "created_at": LATER,
+}
+
+SCHEDULE: dict[str, Any] = {
+    "schedule_id": "sch_01HZX3J8Q3V2C7",
+    "session_id": None,
+    "agent_name": "helper",
+    "input": "summarise what changed today",
+    "cron": "0 18 * * 1-5",
+    "timezone": "Europe/Paris",
+    "interval_seconds": None,
+    "missed": "skip",
+    "multitask": "skip",
+    "status": "active",
+    "metadata": {"team": "docs"},
+    "next_fire_at": "2026-05-01T16:00:00.000000Z",
+    "last_fired_at": None,
+    "version": 1,
+    "created_at": CREATED,
+    "updated_at": CREATED,
+}
+FIRE: dict[str, Any] = {
+    "schedule_id": SCHEDULE["schedule_id"],
+    "tick_at": CREATED,
+    "trigger": "manual",
+    "outcome": "started",
+    "reason": None,
+    "ticks": 1,
+    "run_id": RUN_ID,
+    "session_id": "b6a1c0de-0000-4000-8000-000000000001",
+    "created_at": CREATED,
 }
 
 # operation (route function name) -> {"request": body example, "responses": {status: example}}
@@ -368,18 +436,20 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "list_runs": {"responses": {200: {"data": [RUN]}}},
     "run_ag_ui": AG_UI,
     "run_ag_ui_agent": AG_UI,
+    "connect_ag_ui": AG_UI_CONNECT,
+    "stop_ag_ui": AG_UI_STOP,
     "get_run": {"responses": {200: RUN}},
     "cancel_run": {
         "responses": {200: {**RUN, "status": "interrupted", "stop_reason": "INTERRUPTED"}}
     },
     "post_tool_outputs": {
         "request": {"outputs": [{"call_id": "call_1", "output": "found it"}]},
-        "responses": {200: RUN},
+        "responses": {200: RUN, 202: QUEUED_RUN},
         "stream": STREAM,
     },
     "post_approval": {
         "request": {"call_id": "call_2", "decision": "approve"},
-        "responses": {200: RUN},
+        "responses": {200: RUN, 202: QUEUED_RUN},
         "stream": STREAM,
     },
     "get_usage": {
@@ -393,7 +463,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     },
     "create_oneshot_run": {
         "request": {"input": "hello", "agent": {"provider": "scripted"}},
-        "responses": {200: {**RUN, "session_id": "b6a1c0de-0000-4000-8000-000000000001"}},
+        "responses": {
+            200: {**RUN, "session_id": "b6a1c0de-0000-4000-8000-000000000001"},
+            202: {**QUEUED_RUN, "session_id": "b6a1c0de-0000-4000-8000-000000000001"},
+        },
         "stream": STREAM,
     },
     "list_processes": {"responses": {200: {"data": [PROCESS]}}},
@@ -483,7 +556,10 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         }
     },
-    "list_events": {"responses": {200: {"data": [EVENT], "next_after_seq": None}}},
+    "list_events": {
+        "responses": {200: {"data": [EVENT], "next_after_seq": None}},
+        "ndjson": json.dumps(EVENT) + "\n",
+    },
     "stream_session_events": {"responses": {}, "stream": TIMELINE},
     "stream_tenant_events": {
         "responses": {},
@@ -525,6 +601,39 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         }
     },
+    "create_schedule": {
+        "request": {
+            "agent_name": "helper",
+            "input": "summarise what changed today",
+            "cron": "0 18 * * 1-5",
+            "timezone": "Europe/Paris",
+            "metadata": {"team": "docs"},
+        },
+        "responses": {201: SCHEDULE},
+    },
+    "list_schedules": {"responses": {200: {"data": [SCHEDULE], "next_cursor": None}}},
+    "get_schedule": {"responses": {200: SCHEDULE}},
+    "patch_schedule": {
+        "request": {"cron": "0 9 * * 1-5"},
+        "responses": {200: {**SCHEDULE, "cron": "0 9 * * 1-5", "version": 2}},
+    },
+    "pause_schedule": {
+        "responses": {200: {**SCHEDULE, "status": "paused", "next_fire_at": None, "version": 2}}
+    },
+    "resume_schedule": {"responses": {200: {**SCHEDULE, "version": 3}}},
+    "trigger_schedule": {
+        "responses": {
+            200: {
+                **FIRE,
+                "outcome": "skipped",
+                "reason": "run_in_progress",
+                "run_id": None,
+                "session_id": None,
+            },
+            202: FIRE,
+        }
+    },
+    "list_schedule_runs": {"responses": {200: {"data": [FIRE], "next_cursor": None}}},
     "healthz": {"responses": {200: {"status": "ok"}}},
     "readyz": {
         "responses": {
@@ -536,6 +645,12 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         }
     },
     "metrics": {"responses": {}, "text": "# TYPE asr_runs_total counter\nasr_runs_total 1.0\n"},
+}
+
+# Payloads of the webhook examples: the event types a subscriber most often asks for.
+DELIVERY_PAYLOADS: dict[str, dict[str, Any]] = {
+    "RUN_FINISHED": {"status": "finished", "stop_reason": "COMPLETED", "usage": USAGE, "turns": 1},
+    "FINAL_OUTPUT": {"text": "echo: hello"},
 }
 
 PROBLEM_CODES = {

@@ -8,7 +8,8 @@
   (`shutting_down`, `database_unreachable`, `schema_not_migrated`, `schema_behind`).
   A database at a revision this code does not know is taken to be *ahead* (a newer release
   migrated it; migrations are expand-then-contract) and stays ready, reported as `ahead`.
-- `/metrics`: Prometheus text (404 when ASR_METRICS_ENABLED=false).
+- `/metrics`: Prometheus text (404 when ASR_METRICS_ENABLED=false; 401 without the bearer
+  token when ASR_METRICS_TOKEN is set, see `metrics_token`).
 """
 
 from __future__ import annotations
@@ -84,11 +85,14 @@ def _not_ready(request: Request, reason: str, detail: str, **extra: Any) -> JSON
     response_class=Response,
     responses={
         200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}},
-        **problem_responses(404, always=False),
+        **problem_responses(401, 404, always=False),
     },
 )
 async def metrics(request: Request, registry: MetricsDep) -> Response:
-    """Prometheus metrics in the text exposition format (404 when metrics are disabled)."""
+    """Prometheus metrics in the text exposition format (404 when metrics are disabled).
+
+    Takes no API key: a scraper is no tenant. When the operator sets `ASR_METRICS_TOKEN`,
+    only `Authorization: Bearer <that token>` gets them; anything else is 401."""
     if registry is None:
         return problem_response(
             request, status=404, code="not_found", title="Not found", detail="metrics disabled"

@@ -13,6 +13,7 @@ npm pack --silent --pack-destination "$out" >/dev/null
 tarball="$(ls -t "$out"/asr-client-*.tgz | head -n 1)"
 listing="$(tar -tzf "$tarball")"
 for want in package/dist/index.js package/dist/index.d.ts package/dist/sse.d.ts \
+  package/dist/copilotkit.js package/dist/copilotkit.d.ts \
   package/dist/browser/asr-client.js package/README.md package/CHANGELOG.md; do
   grep -qx "$want" <<<"$listing" || { echo "missing from $tarball: $want" >&2; exit 1; }
 done

@@ -614,6 +614,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ag-ui/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI connect: a thread's snapshots, what waits, and its active run, live (SSE)
+         * @description Re-attach to a thread without starting a run: MESSAGES_SNAPSHOT and STATE_SNAPSHOT,
+         *     the tool calls and approvals that wait, then the thread's active run (on any replica)
+         *     live until its RUN_FINISHED. Resume a cut stream with `Last-Event-ID`. An unknown thread
+         *     is a 404.
+         */
+        post: operations["connectAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ag-ui/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * AG-UI stop: interrupt a thread's active run, wherever it executes
+         * @description Stop the thread's active run (it ends `cancelled`, its streams end with RUN_FINISHED
+         *     outcome `cancelled`). With `runId` (the AG-UI run id it was started with), only that
+         *     run. `stopped: false` when no run, or not that run, is active. An unknown thread is a
+         *     404.
+         */
+        post: operations["stopAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/ag-ui": {
         parameters: {
             query?: never;
@@ -1134,6 +1180,9 @@ export interface paths {
         /**
          * Prometheus metrics (text exposition format)
          * @description Prometheus metrics in the text exposition format (404 when metrics are disabled).
+         *
+         *     Takes no API key: a scraper is no tenant. When the operator sets `ASR_METRICS_TOKEN`,
+         *     only `Authorization: Bearer <that token>` gets them; anything else is 401.
          */
         get: operations["getMetrics"];
         put?: never;
@@ -1145,9 +1194,828 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    APPROVAL_DECIDED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A APPROVAL_DECIDED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverApprovalDecided"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    APPROVAL_REQUESTED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A APPROVAL_REQUESTED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverApprovalRequested"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    AUTO_CONTINUE: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A AUTO_CONTINUE event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverAutoContinue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    AUTO_STOP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A AUTO_STOP event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverAutoStop"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    ERROR: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A ERROR event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverError"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    FINAL_OUTPUT: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A FINAL_OUTPUT event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverFinalOutput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    MEMORY_COMPRESS: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A MEMORY_COMPRESS event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverMemoryCompress"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    MEMORY_ITEMS_APPENDED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A MEMORY_ITEMS_APPENDED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverMemoryItemsAppended"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    METADATA_UPDATED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A METADATA_UPDATED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverMetadataUpdated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    MODEL_REQUEST: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A MODEL_REQUEST event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverModelRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    MODEL_RESPONSE: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A MODEL_RESPONSE event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverModelResponse"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    PROCESS_EXITED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A PROCESS_EXITED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverProcessExited"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    PROCESS_STARTED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A PROCESS_STARTED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverProcessStarted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    RUN_FINISHED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A RUN_FINISHED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverRunFinished"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    RUN_STARTED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A RUN_STARTED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverRunStarted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    SESSION_CREATED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A SESSION_CREATED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverSessionCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    SESSION_FORKED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A SESSION_FORKED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverSessionForked"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    SESSION_RESTORED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A SESSION_RESTORED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverSessionRestored"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    SESSION_RESUMED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A SESSION_RESUMED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverSessionResumed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    SESSION_SAVED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A SESSION_SAVED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverSessionSaved"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    STATE_PATCHED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A STATE_PATCHED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverStatePatched"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    STATE_SET: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A STATE_SET event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverStateSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    STEP_END: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A STEP_END event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverStepEnd"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    STEP_START: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A STEP_START event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverStepStart"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    TOOL_CALL: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A TOOL_CALL event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverToolCall"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    TOOL_OUTPUT_REPLACED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A TOOL_OUTPUT_REPLACED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverToolOutputReplaced"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    TOOL_RESULT: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A TOOL_RESULT event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverToolResult"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    USER_INPUT: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A USER_INPUT event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverUserInput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    WINDOW_CHANGED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A WINDOW_CHANGED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverWindowChanged"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
+        /**
+         * AgUiConnectInput
+         * @description What connect reads of a `RunAgentInput` (CopilotKit's runtime sends a whole one):
+         *     the thread. The rest is accepted and ignored: connect starts nothing.
+         */
+        AgUiConnectInput: {
+            /** Threadid */
+            threadId: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AgUiStopInput
+         * @description The thread whose active run to stop; with `runId`, only if that is the active run.
+         */
+        AgUiStopInput: {
+            /** Threadid */
+            threadId: string;
+            /** Runid */
+            runId?: string | null;
+        };
+        /**
+         * AgUiStopResult
+         * @description Whether a run was stopped; `asrRunId` names it (the service's run id).
+         */
+        AgUiStopResult: {
+            /** Stopped */
+            stopped: boolean;
+            /** Threadid */
+            threadId: string;
+            /** Asrrunid */
+            asrRunId?: string | null;
+            /** Status */
+            status?: string | null;
+        };
         /** AgentList */
         AgentList: {
             /** Data */
@@ -5515,6 +6383,1662 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /**
+         * ApprovalDecidedDelivery
+         * @description The body of a APPROVAL_DECIDED delivery (Standard Webhooks envelope).
+         */
+        ApprovalDecidedDelivery: {
+            /** @constant */
+            type: "APPROVAL_DECIDED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ApprovalDecidedData
+             * @description The APPROVAL_DECIDED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "APPROVAL_DECIDED";
+                /** @description What the event records. */
+                payload: components["schemas"]["ApprovalDecided"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ApprovalRequestedDelivery
+         * @description The body of a APPROVAL_REQUESTED delivery (Standard Webhooks envelope).
+         */
+        ApprovalRequestedDelivery: {
+            /** @constant */
+            type: "APPROVAL_REQUESTED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ApprovalRequestedData
+             * @description The APPROVAL_REQUESTED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "APPROVAL_REQUESTED";
+                /** @description What the event records. */
+                payload: components["schemas"]["ApprovalRequested"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * AutoContinueDelivery
+         * @description The body of a AUTO_CONTINUE delivery (Standard Webhooks envelope).
+         */
+        AutoContinueDelivery: {
+            /** @constant */
+            type: "AUTO_CONTINUE";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * AutoContinueData
+             * @description The AUTO_CONTINUE event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "AUTO_CONTINUE";
+                /** @description What the event records. */
+                payload: components["schemas"]["AutoContinue"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * AutoStopDelivery
+         * @description The body of a AUTO_STOP delivery (Standard Webhooks envelope).
+         */
+        AutoStopDelivery: {
+            /** @constant */
+            type: "AUTO_STOP";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * AutoStopData
+             * @description The AUTO_STOP event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "AUTO_STOP";
+                /** @description What the event records. */
+                payload: components["schemas"]["AutoStop"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ErrorDelivery
+         * @description The body of a ERROR delivery (Standard Webhooks envelope).
+         */
+        ErrorDelivery: {
+            /** @constant */
+            type: "ERROR";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ErrorData
+             * @description The ERROR event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "ERROR";
+                /** @description What the event records. */
+                payload: components["schemas"]["Error"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * FinalOutputDelivery
+         * @description The body of a FINAL_OUTPUT delivery (Standard Webhooks envelope).
+         */
+        FinalOutputDelivery: {
+            /** @constant */
+            type: "FINAL_OUTPUT";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * FinalOutputData
+             * @description The FINAL_OUTPUT event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "FINAL_OUTPUT";
+                /** @description What the event records. */
+                payload: components["schemas"]["FinalOutput"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * MemoryCompressDelivery
+         * @description The body of a MEMORY_COMPRESS delivery (Standard Webhooks envelope).
+         */
+        MemoryCompressDelivery: {
+            /** @constant */
+            type: "MEMORY_COMPRESS";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * MemoryCompressData
+             * @description The MEMORY_COMPRESS event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "MEMORY_COMPRESS";
+                /**
+                 * Payload
+                 * @description What the event records.
+                 */
+                payload: components["schemas"]["MemoryCompacted"] | components["schemas"]["CompactionFailure"] | components["schemas"]["BreakerReset"] | components["schemas"]["ProjectionReport"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * MemoryItemsAppendedDelivery
+         * @description The body of a MEMORY_ITEMS_APPENDED delivery (Standard Webhooks envelope).
+         */
+        MemoryItemsAppendedDelivery: {
+            /** @constant */
+            type: "MEMORY_ITEMS_APPENDED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * MemoryItemsAppendedData
+             * @description The MEMORY_ITEMS_APPENDED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "MEMORY_ITEMS_APPENDED";
+                /** @description What the event records. */
+                payload: components["schemas"]["MemoryItemsAppended"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * MetadataUpdatedDelivery
+         * @description The body of a METADATA_UPDATED delivery (Standard Webhooks envelope).
+         */
+        MetadataUpdatedDelivery: {
+            /** @constant */
+            type: "METADATA_UPDATED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * MetadataUpdatedData
+             * @description The METADATA_UPDATED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "METADATA_UPDATED";
+                /** @description What the event records. */
+                payload: components["schemas"]["MetadataUpdated"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ModelRequestDelivery
+         * @description The body of a MODEL_REQUEST delivery (Standard Webhooks envelope).
+         */
+        ModelRequestDelivery: {
+            /** @constant */
+            type: "MODEL_REQUEST";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ModelRequestData
+             * @description The MODEL_REQUEST event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "MODEL_REQUEST";
+                /** @description What the event records. */
+                payload: components["schemas"]["ModelRequest"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ModelResponseDelivery
+         * @description The body of a MODEL_RESPONSE delivery (Standard Webhooks envelope).
+         */
+        ModelResponseDelivery: {
+            /** @constant */
+            type: "MODEL_RESPONSE";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ModelResponseData
+             * @description The MODEL_RESPONSE event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "MODEL_RESPONSE";
+                /** @description What the event records. */
+                payload: components["schemas"]["ModelResponse"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ProcessExitedDelivery
+         * @description The body of a PROCESS_EXITED delivery (Standard Webhooks envelope).
+         */
+        ProcessExitedDelivery: {
+            /** @constant */
+            type: "PROCESS_EXITED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ProcessExitedData
+             * @description The PROCESS_EXITED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "PROCESS_EXITED";
+                /** @description What the event records. */
+                payload: components["schemas"]["ProcessExited"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ProcessStartedDelivery
+         * @description The body of a PROCESS_STARTED delivery (Standard Webhooks envelope).
+         */
+        ProcessStartedDelivery: {
+            /** @constant */
+            type: "PROCESS_STARTED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ProcessStartedData
+             * @description The PROCESS_STARTED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "PROCESS_STARTED";
+                /** @description What the event records. */
+                payload: components["schemas"]["ProcessStarted"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * RunFinishedDelivery
+         * @description The body of a RUN_FINISHED delivery (Standard Webhooks envelope).
+         */
+        RunFinishedDelivery: {
+            /** @constant */
+            type: "RUN_FINISHED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * RunFinishedData
+             * @description The RUN_FINISHED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "RUN_FINISHED";
+                /** @description What the event records. */
+                payload: components["schemas"]["RunFinished"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * RunStartedDelivery
+         * @description The body of a RUN_STARTED delivery (Standard Webhooks envelope).
+         */
+        RunStartedDelivery: {
+            /** @constant */
+            type: "RUN_STARTED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * RunStartedData
+             * @description The RUN_STARTED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "RUN_STARTED";
+                /** @description What the event records. */
+                payload: components["schemas"]["RunStarted"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * SessionCreatedDelivery
+         * @description The body of a SESSION_CREATED delivery (Standard Webhooks envelope).
+         */
+        SessionCreatedDelivery: {
+            /** @constant */
+            type: "SESSION_CREATED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * SessionCreatedData
+             * @description The SESSION_CREATED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "SESSION_CREATED";
+                /** @description What the event records. */
+                payload: components["schemas"]["SessionCreated"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * SessionForkedDelivery
+         * @description The body of a SESSION_FORKED delivery (Standard Webhooks envelope).
+         */
+        SessionForkedDelivery: {
+            /** @constant */
+            type: "SESSION_FORKED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * SessionForkedData
+             * @description The SESSION_FORKED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "SESSION_FORKED";
+                /** @description What the event records. */
+                payload: components["schemas"]["SessionForked"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * SessionRestoredDelivery
+         * @description The body of a SESSION_RESTORED delivery (Standard Webhooks envelope).
+         */
+        SessionRestoredDelivery: {
+            /** @constant */
+            type: "SESSION_RESTORED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * SessionRestoredData
+             * @description The SESSION_RESTORED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "SESSION_RESTORED";
+                /** @description What the event records. */
+                payload: components["schemas"]["SessionRestored"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * SessionResumedDelivery
+         * @description The body of a SESSION_RESUMED delivery (Standard Webhooks envelope).
+         */
+        SessionResumedDelivery: {
+            /** @constant */
+            type: "SESSION_RESUMED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * SessionResumedData
+             * @description The SESSION_RESUMED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "SESSION_RESUMED";
+                /** @description What the event records. */
+                payload: components["schemas"]["SessionResumed"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * SessionSavedDelivery
+         * @description The body of a SESSION_SAVED delivery (Standard Webhooks envelope).
+         */
+        SessionSavedDelivery: {
+            /** @constant */
+            type: "SESSION_SAVED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * SessionSavedData
+             * @description The SESSION_SAVED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "SESSION_SAVED";
+                /** @description What the event records. */
+                payload: components["schemas"]["SessionSaved"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * StatePatchedDelivery
+         * @description The body of a STATE_PATCHED delivery (Standard Webhooks envelope).
+         */
+        StatePatchedDelivery: {
+            /** @constant */
+            type: "STATE_PATCHED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * StatePatchedData
+             * @description The STATE_PATCHED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "STATE_PATCHED";
+                /** @description What the event records. */
+                payload: components["schemas"]["StatePatched"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * StateSetDelivery
+         * @description The body of a STATE_SET delivery (Standard Webhooks envelope).
+         */
+        StateSetDelivery: {
+            /** @constant */
+            type: "STATE_SET";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * StateSetData
+             * @description The STATE_SET event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "STATE_SET";
+                /** @description What the event records. */
+                payload: components["schemas"]["StateSet"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * StepEndDelivery
+         * @description The body of a STEP_END delivery (Standard Webhooks envelope).
+         */
+        StepEndDelivery: {
+            /** @constant */
+            type: "STEP_END";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * StepEndData
+             * @description The STEP_END event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "STEP_END";
+                /** @description What the event records. */
+                payload: components["schemas"]["StepEnd"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * StepStartDelivery
+         * @description The body of a STEP_START delivery (Standard Webhooks envelope).
+         */
+        StepStartDelivery: {
+            /** @constant */
+            type: "STEP_START";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * StepStartData
+             * @description The STEP_START event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "STEP_START";
+                /** @description What the event records. */
+                payload: components["schemas"]["StepStart"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ToolCallDelivery
+         * @description The body of a TOOL_CALL delivery (Standard Webhooks envelope).
+         */
+        ToolCallDelivery: {
+            /** @constant */
+            type: "TOOL_CALL";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ToolCallData
+             * @description The TOOL_CALL event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "TOOL_CALL";
+                /** @description What the event records. */
+                payload: components["schemas"]["ToolCall"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ToolOutputReplacedDelivery
+         * @description The body of a TOOL_OUTPUT_REPLACED delivery (Standard Webhooks envelope).
+         */
+        ToolOutputReplacedDelivery: {
+            /** @constant */
+            type: "TOOL_OUTPUT_REPLACED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ToolOutputReplacedData
+             * @description The TOOL_OUTPUT_REPLACED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "TOOL_OUTPUT_REPLACED";
+                /** @description What the event records. */
+                payload: components["schemas"]["ToolOutputReplaced"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ToolResultDelivery
+         * @description The body of a TOOL_RESULT delivery (Standard Webhooks envelope).
+         */
+        ToolResultDelivery: {
+            /** @constant */
+            type: "TOOL_RESULT";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * ToolResultData
+             * @description The TOOL_RESULT event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "TOOL_RESULT";
+                /** @description What the event records. */
+                payload: components["schemas"]["ToolResult"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * UserInputDelivery
+         * @description The body of a USER_INPUT delivery (Standard Webhooks envelope).
+         */
+        UserInputDelivery: {
+            /** @constant */
+            type: "USER_INPUT";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * UserInputData
+             * @description The USER_INPUT event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "USER_INPUT";
+                /** @description What the event records. */
+                payload: components["schemas"]["UserInput"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * WindowChangedDelivery
+         * @description The body of a WINDOW_CHANGED delivery (Standard Webhooks envelope).
+         */
+        WindowChangedDelivery: {
+            /** @constant */
+            type: "WINDOW_CHANGED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * WindowChangedData
+             * @description The WINDOW_CHANGED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "WINDOW_CHANGED";
+                /** @description What the event records. */
+                payload: components["schemas"]["WindowChanged"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
     };
     responses: never;
     parameters: never;
@@ -9648,6 +12172,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "run_id": "run_01HZX3J8Q3V2C7",
+                     *       "session_id": "demo",
+                     *       "status": "queued",
+                     *       "stop_reason": null,
+                     *       "output": null,
+                     *       "error": null,
+                     *       "turns": 0,
+                     *       "usage": {
+                     *         "input_tokens": 0,
+                     *         "output_tokens": 0,
+                     *         "total_tokens": 0
+                     *       },
+                     *       "first_seq": 3,
+                     *       "last_seq": 4,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "started_at": null,
+                     *       "finished_at": null,
+                     *       "pending": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["RunRead"];
                 };
             };
@@ -9863,6 +12409,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "run_id": "run_01HZX3J8Q3V2C7",
+                     *       "session_id": "demo",
+                     *       "status": "queued",
+                     *       "stop_reason": null,
+                     *       "output": null,
+                     *       "error": null,
+                     *       "turns": 0,
+                     *       "usage": {
+                     *         "input_tokens": 0,
+                     *         "output_tokens": 0,
+                     *         "total_tokens": 0
+                     *       },
+                     *       "first_seq": 3,
+                     *       "last_seq": 4,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "started_at": null,
+                     *       "finished_at": null,
+                     *       "pending": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["RunRead"];
                 };
             };
@@ -10235,6 +12803,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "run_id": "run_01HZX3J8Q3V2C7",
+                     *       "session_id": "b6a1c0de-0000-4000-8000-000000000001",
+                     *       "status": "queued",
+                     *       "stop_reason": null,
+                     *       "output": null,
+                     *       "error": null,
+                     *       "turns": 0,
+                     *       "usage": {
+                     *         "input_tokens": 0,
+                     *         "output_tokens": 0,
+                     *         "total_tokens": 0
+                     *       },
+                     *       "first_seq": 3,
+                     *       "last_seq": 4,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "started_at": null,
+                     *       "finished_at": null,
+                     *       "pending": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["RunRead"];
                 };
             };
@@ -10373,6 +12963,33 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *           "session_id": null,
+                     *           "agent_name": "helper",
+                     *           "input": "summarise what changed today",
+                     *           "cron": "0 18 * * 1-5",
+                     *           "timezone": "Europe/Paris",
+                     *           "interval_seconds": null,
+                     *           "missed": "skip",
+                     *           "multitask": "skip",
+                     *           "status": "active",
+                     *           "metadata": {
+                     *             "team": "docs"
+                     *           },
+                     *           "next_fire_at": "2026-05-01T16:00:00.000000Z",
+                     *           "last_fired_at": null,
+                     *           "version": 1,
+                     *           "created_at": "2026-05-01T12:00:00.000000Z",
+                     *           "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleList"];
                 };
             };
@@ -10485,6 +13102,17 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "agent_name": "helper",
+                 *       "input": "summarise what changed today",
+                 *       "cron": "0 18 * * 1-5",
+                 *       "timezone": "Europe/Paris",
+                 *       "metadata": {
+                 *         "team": "docs"
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["ScheduleCreate"];
             };
         };
@@ -10495,6 +13123,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "session_id": null,
+                     *       "agent_name": "helper",
+                     *       "input": "summarise what changed today",
+                     *       "cron": "0 18 * * 1-5",
+                     *       "timezone": "Europe/Paris",
+                     *       "interval_seconds": null,
+                     *       "missed": "skip",
+                     *       "multitask": "skip",
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "team": "docs"
+                     *       },
+                     *       "next_fire_at": "2026-05-01T16:00:00.000000Z",
+                     *       "last_fired_at": null,
+                     *       "version": 1,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleRead"];
                 };
             };
@@ -10650,6 +13300,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "session_id": null,
+                     *       "agent_name": "helper",
+                     *       "input": "summarise what changed today",
+                     *       "cron": "0 18 * * 1-5",
+                     *       "timezone": "Europe/Paris",
+                     *       "interval_seconds": null,
+                     *       "missed": "skip",
+                     *       "multitask": "skip",
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "team": "docs"
+                     *       },
+                     *       "next_fire_at": "2026-05-01T16:00:00.000000Z",
+                     *       "last_fired_at": null,
+                     *       "version": 1,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleRead"];
                 };
             };
@@ -10914,6 +13586,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "cron": "0 9 * * 1-5"
+                 *     }
+                 */
                 "application/json": components["schemas"]["SchedulePatch"];
             };
         };
@@ -10924,6 +13601,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "session_id": null,
+                     *       "agent_name": "helper",
+                     *       "input": "summarise what changed today",
+                     *       "cron": "0 9 * * 1-5",
+                     *       "timezone": "Europe/Paris",
+                     *       "interval_seconds": null,
+                     *       "missed": "skip",
+                     *       "multitask": "skip",
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "team": "docs"
+                     *       },
+                     *       "next_fire_at": "2026-05-01T16:00:00.000000Z",
+                     *       "last_fired_at": null,
+                     *       "version": 2,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleRead"];
                 };
             };
@@ -11079,6 +13778,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "session_id": null,
+                     *       "agent_name": "helper",
+                     *       "input": "summarise what changed today",
+                     *       "cron": "0 18 * * 1-5",
+                     *       "timezone": "Europe/Paris",
+                     *       "interval_seconds": null,
+                     *       "missed": "skip",
+                     *       "multitask": "skip",
+                     *       "status": "paused",
+                     *       "metadata": {
+                     *         "team": "docs"
+                     *       },
+                     *       "next_fire_at": null,
+                     *       "last_fired_at": null,
+                     *       "version": 2,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleRead"];
                 };
             };
@@ -11234,6 +13955,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "session_id": null,
+                     *       "agent_name": "helper",
+                     *       "input": "summarise what changed today",
+                     *       "cron": "0 18 * * 1-5",
+                     *       "timezone": "Europe/Paris",
+                     *       "interval_seconds": null,
+                     *       "missed": "skip",
+                     *       "multitask": "skip",
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "team": "docs"
+                     *       },
+                     *       "next_fire_at": "2026-05-01T16:00:00.000000Z",
+                     *       "last_fired_at": null,
+                     *       "version": 3,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z",
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleRead"];
                 };
             };
@@ -11392,6 +14135,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "tick_at": "2026-05-01T12:00:00.000000Z",
+                     *       "trigger": "manual",
+                     *       "outcome": "skipped",
+                     *       "reason": "run_in_progress",
+                     *       "ticks": 1,
+                     *       "run_id": null,
+                     *       "session_id": null,
+                     *       "created_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleFireRead"];
                 };
             };
@@ -11401,6 +14157,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *       "tick_at": "2026-05-01T12:00:00.000000Z",
+                     *       "trigger": "manual",
+                     *       "outcome": "started",
+                     *       "reason": null,
+                     *       "ticks": 1,
+                     *       "run_id": "run_01HZX3J8Q3V2C7",
+                     *       "session_id": "b6a1c0de-0000-4000-8000-000000000001",
+                     *       "created_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleFireRead"];
                 };
             };
@@ -11541,6 +14310,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "schedule_id": "sch_01HZX3J8Q3V2C7",
+                     *           "tick_at": "2026-05-01T12:00:00.000000Z",
+                     *           "trigger": "manual",
+                     *           "outcome": "started",
+                     *           "reason": null,
+                     *           "ticks": 1,
+                     *           "run_id": "run_01HZX3J8Q3V2C7",
+                     *           "session_id": "b6a1c0de-0000-4000-8000-000000000001",
+                     *           "created_at": "2026-05-01T12:00:00.000000Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["ScheduleFireList"];
                 };
             };
@@ -11652,6 +14439,329 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/schedules/{schedule_id}/runs",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    connectAgUi: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Resume a connect stream after this frame id (`seq` or `seq:chars`).
+                 * @example 11
+                 */
+                "Last-Event-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AgUiConnectInput"];
+            };
+        };
+        responses: {
+            /** @description AG-UI events as Server-Sent Events, each with an `id:` to resume from */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 14
+                     *     data: {"type":"RUN_STARTED","threadId":"thread-1","runId":"run_01HZX3"}
+                     *
+                     *     id: 14
+                     *     data: {"type":"MESSAGES_SNAPSHOT","messages":[{"id":"msg-1","role":"user","content":"hello"}]}
+                     *
+                     *     id: 14
+                     *     data: {"type":"STATE_SNAPSHOT","snapshot":{}}
+                     *
+                     *     id: 14:5
+                     *     data: {"type":"TEXT_MESSAGE_START","messageId":"asr_msg_t1","role":"assistant"}
+                     *
+                     *     id: 14:5
+                     *     data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"asr_msg_t1","delta":"echo:"}
+                     *
+                     *     id: 15
+                     *     data: {"type":"TEXT_MESSAGE_END","messageId":"asr_msg_t1"}
+                     *
+                     *     id: 17
+                     *     data: {"type":"RUN_FINISHED","threadId":"thread-1","runId":"run_01HZX3","outcome":{"type":"success"}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui/connect",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    stopAgUi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "threadId": "thread-1",
+                 *       "runId": "run-1"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AgUiStopInput"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "stopped": true,
+                     *       "threadId": "thread-1",
+                     *       "asrRunId": "run_01HZX3J8Q3V2C7",
+                     *       "status": "interrupted"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AgUiStopResult"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/ag-ui/stop",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/ag-ui/stop",
                      *       "code": "database_unavailable"
                      *     }
                      */
@@ -13466,6 +16576,7 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["EventList"];
+                    /** @example {"event_id": "evt_01HZX3J8Q3V2C7A", "session_id": "demo", "seq": 2, "type": "MEMORY_ITEMS_APPENDED", "run_id": null, "turn_id": null, "payload": {"items": [{"type": "message", "role": "user", "content": "hello"}]}, "created_at": "2026-05-01T12:00:00.000000Z", "position": 42} */
                     "application/x-ndjson": string;
                 };
             };
@@ -15847,6 +18958,25 @@ export interface operations {
                     "text/plain; version=1.0.0; charset=utf-8": string;
                 };
             };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/metrics",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No such session for this tenant */
             404: {
                 headers: {
@@ -15865,6 +18995,1354 @@ export interface operations {
                      */
                     "application/problem+json": components["schemas"]["Problem"];
                 };
+            };
+        };
+    };
+    deliverApprovalDecided: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalDecidedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverApprovalRequested: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalRequestedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverAutoContinue: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AutoContinueDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverAutoStop: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AutoStopDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverError: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ErrorDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverFinalOutput: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "type": "FINAL_OUTPUT",
+                 *       "timestamp": "2026-05-01T12:00:00.000000Z",
+                 *       "data": {
+                 *         "event_id": "evt_01HZX3J8Q3V2C7A",
+                 *         "session_id": "demo",
+                 *         "seq": 11,
+                 *         "type": "FINAL_OUTPUT",
+                 *         "run_id": "run_01HZX3J8Q3V2C7",
+                 *         "turn_id": "turn_1",
+                 *         "payload": {
+                 *           "text": "echo: hello"
+                 *         },
+                 *         "created_at": "2026-05-01T12:00:00.000000Z"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["FinalOutputDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverMemoryCompress: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemoryCompressDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverMemoryItemsAppended: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemoryItemsAppendedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverMetadataUpdated: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MetadataUpdatedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverModelRequest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelRequestDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverModelResponse: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelResponseDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverProcessExited: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProcessExitedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverProcessStarted: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProcessStartedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverRunFinished: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "type": "RUN_FINISHED",
+                 *       "timestamp": "2026-05-01T12:00:00.000000Z",
+                 *       "data": {
+                 *         "event_id": "evt_01HZX3J8Q3V2C7A",
+                 *         "session_id": "demo",
+                 *         "seq": 11,
+                 *         "type": "RUN_FINISHED",
+                 *         "run_id": "run_01HZX3J8Q3V2C7",
+                 *         "turn_id": "turn_1",
+                 *         "payload": {
+                 *           "status": "finished",
+                 *           "stop_reason": "COMPLETED",
+                 *           "usage": {
+                 *             "input_tokens": 12,
+                 *             "output_tokens": 3,
+                 *             "total_tokens": 15
+                 *           },
+                 *           "turns": 1
+                 *         },
+                 *         "created_at": "2026-05-01T12:00:00.000000Z"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["RunFinishedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverRunStarted: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunStartedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverSessionCreated: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionCreatedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverSessionForked: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionForkedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverSessionRestored: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionRestoredDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverSessionResumed: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionResumedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverSessionSaved: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionSavedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverStatePatched: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StatePatchedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverStateSet: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StateSetDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverStepEnd: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StepEndDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverStepStart: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StepStartDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverToolCall: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolCallDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverToolOutputReplaced: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolOutputReplacedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverToolResult: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolResultDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverUserInput: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserInputDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverWindowChanged: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WindowChangedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

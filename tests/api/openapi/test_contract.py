@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -51,6 +52,11 @@ def test_every_operation_has_an_id_summary_description_and_example(spec: dict) -
         assert op.get("summary"), where
         assert len(op.get("description", "")) > 40, where
         assert "'example'" in str(op), where
+        for media_type, media in op.get("requestBody", {}).get("content", {}).items():
+            assert "example" in media, (where, "request", media_type)
+        for status, response in op["responses"].items():
+            for media_type, media in response.get("content", {}).items():
+                assert "example" in media, (where, status, media_type)
         ids.append(op["operationId"])
     assert len(ids) == len(set(ids)) >= 40
 
@@ -185,3 +191,44 @@ async def test_one_timestamp_format_and_full_usage_everywhere(client: httpx.Asyn
     runs = (await client.get(f"/v1/sessions/{sid}/runs")).json()["data"]
     for run in runs:
         await client.post(f"/v1/sessions/{sid}/runs/{run['run_id']}/cancel")
+
+
+def test_every_tag_is_described(spec: dict) -> None:
+    used = {tag for _, _, op in operations(spec) for tag in op.get("tags", [])}
+    described = {tag["name"]: tag.get("description", "") for tag in spec["tags"]}
+    assert used == set(described)
+    assert all(len(text) > 30 for text in described.values()), described
+
+
+def test_webhooks_describe_a_delivery_of_every_event_type(spec: dict) -> None:
+    webhooks = spec["webhooks"]
+    assert set(webhooks) == {t.value for t in EventType}
+    examples = 0
+    for event_type, item in webhooks.items():
+        post = item["post"]
+        headers = {p["name"] for p in post["parameters"] if p["in"] == "header"}
+        assert headers == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+        media = post["requestBody"]["content"]["application/json"]
+        if "example" in media:
+            errors = list(validator(spec, media["schema"]).iter_errors(media["example"]))
+            assert errors == [], (event_type, errors[0].message)
+            examples += 1
+    assert examples >= 2
+
+
+async def test_a_real_delivery_body_matches_its_webhook(
+    spec: dict, client: httpx.AsyncClient
+) -> None:
+    """What the deliverer sends for the ledger's real events is what the document promises."""
+    from app.runtime.session.events import Event
+    from app.runtime.webhooks.delivery import delivery_body
+
+    sid = (await client.post("/v1/sessions", json={})).json()["session_id"]
+    await client.post(f"/v1/sessions/{sid}/runs", json={"input": "[words:3]"})
+    page = (await client.get(f"/v1/sessions/{sid}/events", params={"limit": 100})).json()
+    for shown in page["data"]:
+        event = Event(**{**shown, "created_at": datetime.fromisoformat(shown["created_at"])})
+        body = json.loads(delivery_body(event))
+        schema = spec["webhooks"][shown["type"]]["post"]["requestBody"]["content"]
+        errors = list(validator(spec, schema["application/json"]["schema"]).iter_errors(body))
+        assert errors == [], (shown["type"], errors[0].message)
