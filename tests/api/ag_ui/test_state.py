@@ -1,8 +1,10 @@
 """AG-UI shared state: a run's `state` is stored before it starts, the stream opens with
-STATE_SNAPSHOT and sends a STATE_DELTA for each change the run makes."""
+STATE_SNAPSHOT and sends a STATE_DELTA for each change the run makes; a connect opens with
+the stored state and follows the deltas of the run in progress."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
@@ -11,6 +13,7 @@ from typing import Any
 import httpx
 
 from app.runtime.session.json_patch import apply_patch
+from tests.api.ag_ui.test_connect import active_run, connect
 from tests.api.ag_ui.test_routes import ag_ui, ledger, run_input, types, user
 
 
@@ -102,3 +105,23 @@ async def test_a_bad_patch_of_the_model_is_a_tool_result_and_no_delta(
     assert "invalid_patch" in results[0]["content"]
     assert events[-1]["type"] == "RUN_FINISHED"
     assert client_state(events) == await stored(client, thread) == {"a": 1}
+
+
+async def test_connect_sends_the_stored_state_and_the_deltas_of_a_run_in_progress(
+    client: httpx.AsyncClient,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    await client.post("/v1/sessions", json={"session_id": thread})
+    await client.put(f"/v1/sessions/{thread}/shared-state", json={"n": 0})
+    text = "[sleep:600] " + directive([{"op": "replace", "path": "/n", "value": 1}])
+    running = asyncio.create_task(ag_ui(client, run_input(thread, [user(text)])))
+    await active_run(client, thread)
+    attached = [event for _, event in await connect(client, thread)]
+    await running
+    assert client_state(attached) == await stored(client, thread) == {"n": 1}
+    # The snapshot is the state at the session's head when connect read it; the deltas are
+    # those of the run after it: one, or none when the patch was already in the snapshot.
+    snapshot = next(e for e in attached if e["type"] == "STATE_SNAPSHOT")["snapshot"]
+    deltas = [e["delta"] for e in attached if e["type"] == "STATE_DELTA"]
+    patch = [{"op": "replace", "path": "/n", "value": 1}]
+    assert (snapshot, deltas) in (({"n": 0}, [patch]), ({"n": 1}, []))
