@@ -147,7 +147,13 @@ ROUTES.update(
 METHODS = {name for names in ROUTES.values() for name in names}
 NOT_ROUTES = {"aclose", "close"}  # public client methods that send no request
 # Routes for other protocols' own clients (AG-UI's HttpAgent), not this client's.
-FOREIGN_ROUTES = {("POST", "/v1/ag-ui"), ("POST", "/v1/ag-ui/{agent_name}")}
+# Connect and stop are the AG-UI family's too (the TypeScript client's AsrAgentRunner uses them).
+FOREIGN_ROUTES = {
+    ("POST", "/v1/ag-ui"),
+    ("POST", "/v1/ag-ui/{agent_name}"),
+    ("POST", "/v1/ag-ui/connect"),
+    ("POST", "/v1/ag-ui/stop"),
+}
 
 AGENTS_YAML = """\
 agents:
