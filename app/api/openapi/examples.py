@@ -80,6 +80,7 @@ STATE: dict[str, Any] = {
     "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
     "last_compact": None,
     "breaker": {"failures": 0, "open": False},
+    "shared_state": {},
 }
 RUN: dict[str, Any] = {
     "run_id": RUN_ID,

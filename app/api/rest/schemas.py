@@ -219,8 +219,8 @@ class StateRead(BaseModel):
     )
     shared_state: dict[str, Any] = Field(
         default_factory=dict,
-        description="The shared state (GET .../shared-state), present once set; restore "
-        "installs it when present.",
+        description="The shared state (the object of GET .../shared-state); restore installs "
+        "it when present (a recovery object without it keeps the session's).",
     )
 
 

@@ -4911,7 +4911,7 @@ export interface components {
             };
             /**
              * Shared State
-             * @description The shared state (GET .../shared-state), present once set; restore installs it when present.
+             * @description The shared state (the object of GET .../shared-state); restore installs it when present (a recovery object without it keeps the session's).
              */
             shared_state?: {
                 [key: string]: unknown;
@@ -9153,7 +9153,8 @@ export interface operations {
                      *       "breaker": {
                      *         "failures": 0,
                      *         "open": false
-                     *       }
+                     *       },
+                     *       "shared_state": {}
                      *     }
                      */
                     "application/json": components["schemas"]["StateRead"];
@@ -9520,7 +9521,8 @@ export interface operations {
                      *       "breaker": {
                      *         "failures": 0,
                      *         "open": false
-                     *       }
+                     *       },
+                     *       "shared_state": {}
                      *     }
                      */
                     "application/json": components["schemas"]["StateRead"];
@@ -9918,7 +9920,8 @@ export interface operations {
                  *         "breaker": {
                  *           "failures": 0,
                  *           "open": false
-                 *         }
+                 *         },
+                 *         "shared_state": {}
                  *       }
                  *     }
                  */
@@ -9958,7 +9961,8 @@ export interface operations {
                      *       "breaker": {
                      *         "failures": 0,
                      *         "open": false
-                     *       }
+                     *       },
+                     *       "shared_state": {}
                      *     }
                      */
                     "application/json": components["schemas"]["StateRead"];

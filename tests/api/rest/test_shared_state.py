@@ -147,6 +147,7 @@ async def test_the_recovery_object_carries_the_state_and_restore_installs_it(
     client: httpx.AsyncClient,
 ) -> None:
     sid = await new_session(client)
+    assert (await client.get(f"/v1/sessions/{sid}/state")).json()["shared_state"] == {}
     await client.put(path(sid), json={"step": 3})
     recovery = (await client.get(f"/v1/sessions/{sid}/state")).json()
     assert recovery["shared_state"] == {"step": 3}
