@@ -49,6 +49,7 @@ from app.runtime.tools.mcp.catalog import McpCatalog
 from app.runtime.tools.mcp.config import McpServerConfig, parse_servers
 from app.runtime.tools.processes import ProcessManager
 from app.runtime.tools.registry import ToolContext, ToolRegistry
+from app.runtime.tools.shared_state import UPDATE_STATE, update_state_tool
 from app.runtime.tools.shell import SHELL, shell_tool
 from app.runtime.tools.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
 from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
@@ -149,7 +150,7 @@ def read_config(settings: Settings) -> Config:
 
 def known_tool_names(settings: Settings) -> list[str]:
     """The server tools the app will register, known before it is built (for blueprints)."""
-    extra = [DELEGATE, *([SHELL] if settings.processes_enabled else [])]
+    extra = [DELEGATE, UPDATE_STATE, *([SHELL] if settings.processes_enabled else [])]
     return sorted({*ToolRegistry().names(), *extra})
 
 
@@ -210,6 +211,7 @@ def build_runtime(
         max_items_per_request=settings.max_items_per_request,
         max_inline_bytes=settings.max_inline_bytes,
         max_metadata_bytes=settings.max_metadata_bytes,
+        max_state_bytes=settings.max_state_bytes,
         snapshot_every=settings.snapshot_every,
         max_sessions_per_tenant=settings.max_sessions_per_tenant,
     )
@@ -269,6 +271,7 @@ async def enter_tools(
     )
     timeout = settings.delegation_timeout_seconds + 5
     registry.register(delegate_tool(delegator, timeout_seconds=timeout))
+    registry.register(update_state_tool(runtime))
     catalog = McpCatalog(
         servers,
         registry,

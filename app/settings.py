@@ -134,6 +134,12 @@ class Settings(BaseSettings):
         default=262_144, ge=0, description="Largest decoded inline base64 attachment in a message."
     )
     max_metadata_bytes: int = Field(default=16_384, ge=64)
+    max_state_bytes: int = Field(
+        default=65_536,
+        ge=64,
+        description="Largest shared state of a session (the JSON object its frontend and model "
+        "edit), encoded; a write past it is a 413.",
+    )
     max_event_bytes: int = Field(
         default=2_097_152, ge=1024, description="Largest event payload or snapshot (413 beyond)."
     )

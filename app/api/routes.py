@@ -25,6 +25,7 @@ from app.api.rest import (
     runs,
     schedules,
     sessions,
+    shared_state,
     tools,
     webhooks,
 )
@@ -33,6 +34,7 @@ from app.ui import router as ui_router
 
 ROUTERS: tuple[APIRouter, ...] = (
     sessions.router,
+    shared_state.router,
     memory.router,
     runs.router,
     runs.oneshot,

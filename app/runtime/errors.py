@@ -238,6 +238,13 @@ class InvalidState(InvalidRequest):
     code = "invalid_state"
 
 
+class InvalidPatch(InvalidRequest):
+    """A JSON Patch (RFC 6902) that is malformed or does not apply (a failing `test`, a
+    path that is missing): the state is left as it was."""
+
+    code = "invalid_patch"
+
+
 class IdempotencyKeyReused(InvalidRequest):
     code = "idempotency_key_reused"
 

@@ -1,7 +1,9 @@
 """AG-UI connect and CopilotKit's runtime with `AsrAgentRunner`, driven from Node against two
 replicas sharing one database: the official `@ag-ui/client` connects on the replica that does
 not run the run (clients/ag-ui-tests/test/connect.test.mjs), and CopilotKit runtime instances
-run, connect, ask and stop through either replica (clients/copilotkit-tests).
+run, connect, ask and stop through either replica (clients/copilotkit-tests); and the shared
+state the official client builds from a run's STATE_SNAPSHOT and STATE_DELTAs is the stored one
+(clients/ag-ui-tests/test/state.test.mjs).
 
 The Node packages are installed by `npm ci` in their folders (as `.ci/run` does); without
 them the tests are skipped, never faked."""
@@ -64,4 +66,14 @@ async def test_copilotkit_runtime_with_asr_agent_runner_across_replicas(
     if not (CLIENTS / "typescript" / "dist" / "copilotkit.js").is_file():
         pytest.skip("clients/typescript is not built (npm ci && npm run build there)")
     out = await node_test(folder, "test/runner.test.mjs", replicas, tenant)
+    assert "# fail 0" in out, out
+
+
+async def test_official_ag_ui_client_shares_state_with_the_service(
+    replicas: list[Server],  # noqa: F811
+    tenant: TenantKey,
+) -> None:
+    """clients/ag-ui-tests/test/state.test.mjs on a real database (PostgreSQL in CI): the
+    STATE_SNAPSHOT and STATE_DELTAs HttpAgent applies give the object the service stores."""
+    out = await node_test(CLIENTS / "ag-ui-tests", "test/state.test.mjs", replicas, tenant)
     assert "# fail 0" in out, out

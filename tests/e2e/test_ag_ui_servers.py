@@ -1,7 +1,8 @@
 """Issue #22 against real servers: with an OpenAI-compatible model (tests/fake_openai.py, over
 HTTP) reasoning streams as AG-UI reasoning events before the text, and a frontend tool's call,
 assembled from fragmented deltas, goes out as TOOL_CALL_* and comes back as a tool message;
-with two replicas, a retried runId is streamed by the one that does not run it."""
+with two replicas, a retried runId is streamed by the one that does not run it, its shared
+state (STATE_SNAPSHOT, STATE_DELTA) included."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from app.runtime.session.json_patch import apply_patch
 from tests.conftest import Server, TenantKey
 from tests.e2e.test_runs import openai_server, replicas  # noqa: F401  (the fixtures)
 
@@ -93,3 +95,39 @@ async def test_a_retried_run_id_on_another_replica_streams_the_run_from_the_ledg
         assert text == "word1 word2 word3" and events[-1]["type"] == "RUN_FINISHED"
     async with httpx.AsyncClient(base_url=a.base_url, headers=tenant.headers) as api:
         assert len((await api.get(f"/v1/sessions/{thread}/runs")).json()["data"]) == 1
+
+
+async def test_state_of_a_run_streams_the_same_from_the_replica_that_does_not_run_it(
+    replicas: list[Server],  # noqa: F811
+    tenant: TenantKey,
+) -> None:
+    """Shared state across replicas: the retry on B (from the ledger and the bus) opens with
+    the state the run started from and sends the same deltas as A, which runs it; applied,
+    both give what the service stores."""
+    a, b = replicas
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    patch = [
+        {"op": "replace", "path": "/n", "value": 1},
+        {"op": "add", "path": "/by", "value": "a"},
+    ]
+    text = f"[sleep:800] [state:{json.dumps(patch)}]"
+    request = body(thread, [{"id": "u1", "role": "user", "content": text}], state={"n": 0})
+    async with (
+        httpx.AsyncClient(base_url=a.base_url, headers=tenant.headers, timeout=60) as on_a,
+        httpx.AsyncClient(base_url=b.base_url, headers=tenant.headers, timeout=60) as on_b,
+    ):
+        first = asyncio.create_task(ag_ui(on_a, request))
+        for _ in range(300):  # bounded: until replica A has started the run
+            listed = await on_b.get(f"/v1/sessions/{thread}/runs")
+            if listed.status_code == 200 and listed.json()["data"]:
+                break
+            await asyncio.sleep(0.02)
+        retried = await ag_ui(on_b, request)
+        original = await first
+        stored = (await on_b.get(f"/v1/sessions/{thread}/shared-state")).json()
+    assert stored == {"n": 1, "by": "a"}
+    for events in (original, retried):
+        states = [e for e in events if e["type"] in ("STATE_SNAPSHOT", "STATE_DELTA")]
+        assert [e["type"] for e in states] == ["STATE_SNAPSHOT", "STATE_DELTA"], events
+        assert states[0]["snapshot"] == {"n": 0} and states[1]["delta"] == patch
+        assert apply_patch(states[0]["snapshot"], states[1]["delta"]) == stored

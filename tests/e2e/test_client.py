@@ -88,6 +88,9 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", S + "/items"): ("append_items",),
     ("GET", S + "/events"): ("list_events", "export_events"),
     ("GET", S + "/state"): ("get_state",),
+    ("GET", S + "/shared-state"): ("get_shared_state",),
+    ("PATCH", S + "/shared-state"): ("patch_shared_state",),
+    ("PUT", S + "/shared-state"): ("put_shared_state",),
     ("POST", S + "/save"): ("save",),
     ("POST", S + "/resume"): ("resume",),
     ("POST", S + "/fork"): ("fork",),
@@ -144,7 +147,13 @@ ROUTES.update(
 METHODS = {name for names in ROUTES.values() for name in names}
 NOT_ROUTES = {"aclose", "close"}  # public client methods that send no request
 # Routes for other protocols' own clients (AG-UI's HttpAgent), not this client's.
-FOREIGN_ROUTES = {("POST", "/v1/ag-ui"), ("POST", "/v1/ag-ui/{agent_name}")}
+# Connect and stop are the AG-UI family's too (the TypeScript client's AsrAgentRunner uses them).
+FOREIGN_ROUTES = {
+    ("POST", "/v1/ag-ui"),
+    ("POST", "/v1/ag-ui/{agent_name}"),
+    ("POST", "/v1/ag-ui/connect"),
+    ("POST", "/v1/ag-ui/stop"),
+}
 
 AGENTS_YAML = """\
 agents:
@@ -312,6 +321,18 @@ async def test_async_client_calls_every_method(
         assert mismatch.value.code == "binding_mismatch"
         resumed = await asr.resume(sid, binding={"workspace": "w1"})
         assert isinstance(resumed, StateRead) and resumed.memory == state.memory
+
+        assert await asr.get_shared_state(sid) == {}
+        shared = await asr.put_shared_state(sid, {"todos": ["plan"]})
+        assert shared == {"todos": ["plan"]}
+        step = [{"op": "add", "path": "/todos/-", "value": "ship"}]
+        shared = await asr.patch_shared_state(sid, step, idempotency_key="k-state")
+        assert shared == await asr.get_shared_state(sid) == {"todos": ["plan", "ship"]}
+        with pytest.raises(ValidationError) as bad_patch:
+            await asr.patch_shared_state(sid, [{"op": "remove", "path": "/missing"}])
+        assert bad_patch.value.code == "invalid_patch"
+        with pytest.raises(PreconditionFailedError):
+            await asr.put_shared_state(sid, {}, if_match=1)
 
         child = await asr.fork(sid, at_seq=1)
         assert isinstance(child, SessionRead) and child.parent_session_id == sid

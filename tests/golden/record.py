@@ -128,6 +128,17 @@ async def _interrupted_session(c: httpx.AsyncClient) -> str:
     return sid
 
 
+async def _state_session(c: httpx.AsyncClient) -> str:
+    sid = (await _post(c, "/v1/sessions", {"metadata": {"golden": "state"}}))["session_id"]
+    put = await c.put(f"/v1/sessions/{sid}/shared-state", json={"todos": ["plan"], "n": 1})
+    assert put.is_success, put.text
+    patch = [{"op": "add", "path": "/todos/-", "value": "build"}, {"op": "remove", "path": "/n"}]
+    patched = await c.patch(f"/v1/sessions/{sid}/shared-state", json=patch)
+    assert patched.is_success, patched.text
+    await _run(c, sid, '[state:[{"op": "replace", "path": "/todos/0", "value": "done"}]]')
+    return sid
+
+
 async def _handwritten(app: Any, tenant_id: str) -> str:
     from app.runtime.ports import NewSession
     from app.runtime.session.events import NewEvent
@@ -162,6 +173,7 @@ async def record(force: bool) -> list[Path]:
                     "v1-runs": await _runs_session(c),
                     "v1-interrupted": await _interrupted_session(c),
                     "v1-handwritten": await _handwritten(app, tenant.tenant_id),
+                    "v2-state": await _state_session(c),
                 }
             runtime = services_of(app).runtime
             for name, sid in sessions.items():

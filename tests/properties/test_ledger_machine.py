@@ -1,11 +1,12 @@
 """R1: a Hypothesis state machine drives the runtime and store on a real database.
 
 Rules: create, append (with and without expected_seq), stale append, save, fork at a random
-seq, restore, resume, delete, runs of the scripted model, compactions (every strategy) and
-window changes. The model is a plain dict of item lists. After every step:
+seq, restore, resume, delete, runs of the scripted model, compactions (every strategy),
+window changes, and shared-state sets and JSON Patches (some of which do not apply). The
+model is a plain dict of item lists and one of shared states. After every step:
 seqs are 1..N per session; the projection (fold of the whole ledger) equals live memory and
-the model; every snapshot equals the fold of the ledger up to its seq; a fork at k equals the
-parent's fold at k.
+the model, and so does the shared state; every snapshot equals the fold of the ledger up to
+its seq; a fork at k equals the parent's fold at k.
 
 The machine runs its own event loop and engine (Hypothesis drives it synchronously).
 """
@@ -32,12 +33,13 @@ from hypothesis.stateful import (
 
 from app.assembly import runtime_over
 from app.runtime.access.accounts import Accounts
-from app.runtime.errors import SeqConflict
+from app.runtime.errors import InvalidPatch, SeqConflict
 from app.runtime.memory.compact import compact_session
 from app.runtime.memory.compaction import ScriptedSummarizer
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.runs.manager import RunManager
 from app.runtime.runs.plan import RunRequest
+from app.runtime.session.json_patch import apply_patch
 from app.runtime.session.projector import evict_to_window, fold
 from app.runtime.session.state import SessionState
 from app.runtime.tools.registry import ToolRegistry
@@ -55,6 +57,28 @@ message = st.builds(
     text,
 )
 
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), text)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("abl"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+shared_state = st.dictionaries(st.sampled_from(["a", "b", "l"]), json_value, max_size=3)
+pointer = st.sampled_from(["/a", "/b", "/l", "/l/0", "/l/-", "/a/b", "/z"])
+
+
+@st.composite
+def patch_operation(draw: st.DrawFn) -> dict[str, Any]:
+    op = draw(st.sampled_from(["add", "remove", "replace", "move", "copy", "test"]))
+    out: dict[str, Any] = {"op": op, "path": draw(pointer)}
+    if op in ("add", "replace", "test"):
+        out["value"] = draw(json_value)
+    if op in ("move", "copy"):
+        out["from"] = draw(pointer)
+    return out
+
 
 def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
     class LedgerMachine(RuleBasedStateMachine):
@@ -71,6 +95,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             )
             self.model: dict[str, list[dict[str, Any]]] = {}
             self.windows: dict[str, int | None] = {}
+            self.shared: dict[str, dict[str, Any]] = {}
             self.tenant = ""
             self.counter = 0
 
@@ -94,6 +119,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
                 self.runtime.create(self.tenant, session_id=sid, metadata={}, agent={}, binding={})
             )
             self.model[sid] = []
+            self.shared[sid] = {}
             return sid
 
         @rule(sid=sessions, items=st.lists(message, min_size=1, max_size=3), guarded=st.booleans())
@@ -142,14 +168,26 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
                 self.store.ledger.list_events(self.tenant, sid, until_seq=at)
             )
             assert fold(None, parent_events).items == loaded.state.items
+            assert loaded.state.shared_state == expected.shared_state
             self.model[child] = list(loaded.state.items)
+            self.shared[child] = expected.shared_state
             self.windows[child] = expected.max_items
             return child
 
-        @rule(sid=sessions, keep=st.integers(0, 3), extra=st.lists(message, max_size=2))
-        def restore(self, sid: str, keep: int, extra: list[dict[str, Any]]) -> None:
+        @rule(
+            sid=sessions,
+            keep=st.integers(0, 3),
+            extra=st.lists(message, max_size=2),
+            shared=st.one_of(st.none(), shared_state),
+        )
+        def restore(
+            self, sid: str, keep: int, extra: list[dict[str, Any]], shared: dict[str, Any] | None
+        ) -> None:
             baseline = self.model[sid][:keep] + extra
-            recovery = {"memory": {"items": baseline, "summary": None}}
+            recovery: dict[str, Any] = {"memory": {"items": baseline, "summary": None}}
+            if shared is not None:  # a recovery object without one keeps the session's
+                recovery["shared_state"] = shared
+                self.shared[sid] = shared
             self.run_sync(self.runtime.restore(self.tenant, sid, recovery))
             self.model[sid] = list(baseline)
             self.windows.pop(sid, None)  # the recovery object carries no window
@@ -195,6 +233,26 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             self.windows[sid] = window
             self.model[sid] = evict_to_window(self.model[sid], window)
 
+        @rule(sid=sessions, value=shared_state)
+        def set_shared_state(self, sid: str, value: dict[str, Any]) -> None:
+            loaded = self.run_sync(self.runtime.set_shared_state(self.tenant, sid, value))
+            assert loaded.state.shared_state == value
+            self.shared[sid] = value
+
+        @rule(sid=sessions, patch=st.lists(patch_operation(), min_size=1, max_size=3))
+        def patch_shared_state(self, sid: str, patch: list[dict[str, Any]]) -> None:
+            try:
+                expected = apply_patch(self.shared[sid], patch)
+            except InvalidPatch:
+                expected = None
+            if not isinstance(expected, dict):  # does not apply, or leaves no object
+                with pytest.raises(InvalidPatch):
+                    self.run_sync(self.runtime.patch_shared_state(self.tenant, sid, patch))
+                return
+            loaded = self.run_sync(self.runtime.patch_shared_state(self.tenant, sid, patch))
+            assert loaded.state.shared_state == expected
+            self.shared[sid] = expected
+
         def run_blocked(self, sid: str) -> bool:
             state = self.run_sync(self.runtime.load(self.tenant, sid)).state
             return any(c.get("decision") is None for c in state.pending.values())
@@ -213,6 +271,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
                 live = self.run_sync(self.runtime.load(self.tenant, sid)).state
                 assert full.memory_json() == live.memory_json()
                 assert full.items == items
+                assert full.shared_state == live.shared_state == self.shared[sid]
                 for snap in self.run_sync(self.store.ledger.list_snapshots(self.tenant, sid)):
                     upto = fold(None, [e for e in events if e.seq <= snap.seq])
                     assert SessionState.from_json(snap.state) == upto

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.ag_ui.history import MINTED_PREFIX, snapshot_messages
 from app.api.ag_ui.routes import run_token, session_id_of
-from app.api.ag_ui.stream import Translator, approval_interrupt
+from app.api.ag_ui.stream import Translator, approval_interrupt, state_snapshot_event
 from app.api.http.deps import RunsDep, RunStreamsDep, RuntimeDep, TenantDep
 from app.api.http.problems import problem_responses
 from app.live.run_follow import RunFollow
@@ -115,14 +115,9 @@ _DOC: dict[int | str, dict[str, Any]] = {
 
 
 def _state_snapshot(loaded: Loaded) -> StateSnapshotEvent:
-    """The thread's shared state as AG-UI's STATE_SNAPSHOT: the session's `state` (on its
-    folded state or its row, whichever keeps one), else an empty object. The one place
-    connect reads shared state, so that its source can change without touching the rest."""
-    for holder in (loaded.state, loaded.session):
-        state = getattr(holder, "state", None)
-        if isinstance(state, dict):
-            return StateSnapshotEvent(snapshot=state)
-    return StateSnapshotEvent(snapshot={})
+    """The thread's shared state (the session's, folded from its ledger) as AG-UI's
+    STATE_SNAPSHOT, built as a run's stream builds it."""
+    return state_snapshot_event(loaded.state.shared_state)
 
 
 @dataclass(frozen=True, slots=True)

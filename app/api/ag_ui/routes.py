@@ -14,7 +14,11 @@ maps onto the service one to one:
 - `tools` are the run's client tools: a call of one ends the run with the call pending
   (TOOL_CALL_* events, RUN_FINISHED), and the next call's tool message answers it;
 - a tool that needs approval ends the run with an `interrupt` outcome; the next call's
-  `resume` approves (`resolved`) or rejects (`cancelled`, or `payload.approved: false`).
+  `resume` approves (`resolved`) or rejects (`cancelled`, or `payload.approved: false`);
+- `state` is the session's shared state: a non-empty object that differs from the stored
+  one is written (STATE_SET) with the run's start; the stream sends STATE_SNAPSHOT of the
+  state the run starts from, then a STATE_DELTA for each change the run makes. An empty or
+  absent `state` (a page that has none yet, a reload) leaves the stored state as it is.
 
 Every AG-UI run is an ordinary run: it is in the ledger and in `GET .../runs`.
 """
@@ -33,7 +37,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from app.api.ag_ui.history import lags_behind, reconcile, snapshot_messages
-from app.api.ag_ui.stream import Translator
+from app.api.ag_ui.stream import Translator, state_snapshot_event
 from app.api.http.deps import BlueprintsDep, RunsDep, RunStreamsDep, RuntimeDep, TenantDep
 from app.api.http.inputs import SESSION_ID_PATTERN
 from app.api.http.problems import problem_responses
@@ -60,8 +64,10 @@ from app.runtime.runs.blueprints import Blueprints
 from app.runtime.runs.manager import RunManager
 from app.runtime.runs.plan import RunRequest
 from app.runtime.session import event_payloads as ev
-from app.runtime.session.events import NewEvent
+from app.runtime.session.events import Event, NewEvent
+from app.runtime.session.projector import fold
 from app.runtime.session.service import Loaded, SessionRuntime
+from app.runtime.session.shared_state import set_events
 from app.runtime.session.subscription import Ephemeral
 
 router = APIRouter(prefix="/v1/ag-ui", tags=["ag-ui"])
@@ -172,9 +178,10 @@ async def _run(
     token = run_token(body.thread_id, body.run_id)
     found = await runtime.find_idempotent(tenant.tenant_id, token)
     snapshot: list[Message] | None = None
+    shared: dict[str, Any] | None = None
     if found is None:
         try:
-            run, snapshot = await _start(
+            run, snapshot, shared = await _start(
                 body, tenant.tenant_id, session_id, runtime, runs, blueprints, agent_name, token
             )
         except (IdempotentReplay, StaleSession, AgentSessionError) as exc:
@@ -194,10 +201,12 @@ async def _run(
         # with its MODEL_RESPONSE instead).
         run = await runs.get_run(tenant.tenant_id, found.result["run_id"])
         follow = streams.follow(tenant.tenant_id, run, deltas=False)
+    if shared is None:
+        shared = await _state_at_start(runtime, tenant.tenant_id, run)
     # ag_ui declares `accept: str = None`: None, its own default, is what it takes for none.
     encoder = EventEncoder(accept=request.headers.get("accept"))  # type: ignore[arg-type]
     translator = Translator(thread_id=body.thread_id, run_id=body.run_id)
-    frames = _frames(follow, translator, encoder, snapshot=snapshot)
+    frames = _frames(follow, translator, encoder, snapshot=snapshot, shared=shared)
     return StreamResponse(
         frames,
         slot=None,
@@ -217,12 +226,14 @@ async def _start(
     blueprints: Blueprints,
     agent_name: Any,
     token: IdempotencyToken,
-) -> tuple[RunRecord, list[Message] | None]:
-    """Reconcile the history and start the run, in one transaction (see the module doc).
+) -> tuple[RunRecord, list[Message] | None, dict[str, Any]]:
+    """Reconcile the history and the shared state and start the run, in one transaction
+    (see the module doc).
 
-    Returns the run and, when the client's history lags behind the session's, the
-    conversation as of the run's start for a MESSAGES_SNAPSHOT.
+    Returns the run; when the client's history lags behind the session's, the conversation
+    as of the run's start for a MESSAGES_SNAPSHOT; and the shared state the run starts from.
     """
+    client_state = _given_state(body)
     loaded = await _session(runtime, tenant_id, session_id, blueprints, agent_name)
     max_inline = runtime.limits.max_inline_bytes
     decisions = _decisions(body)
@@ -245,6 +256,7 @@ async def _start(
     )
 
     at_start: list[list[dict[str, Any]]] = []
+    shared: list[dict[str, Any]] = []
 
     def prefix(current: Loaded) -> list[NewEvent]:
         # Decided again on the session as the start's transaction sees it.
@@ -281,10 +293,44 @@ async def _start(
             raise ToolCallsPending(waiting)
         if not events and request.input is None and not current.state.items:
             raise NothingPending("the thread has no message to run on")
+        stored = current.state.shared_state
+        if client_state is not None:
+            events += set_events(stored, client_state, limit=runtime.limits.max_state_bytes)
+        shared[:] = [stored if client_state is None else client_state]
         return events
 
     run = await runs.start(tenant_id, session_id, request, idempotency=token, prefix=prefix)
-    return run, (snapshot_messages(at_start[0]) if at_start else None)
+    return run, (snapshot_messages(at_start[0]) if at_start else None), shared[0]
+
+
+def _given_state(body: RunAgentInput) -> dict[str, Any] | None:
+    """The client's `state` to store, or None to keep the stored one: an empty state is
+    what a page without one (or just reloaded) sends, and must not wipe the thread's."""
+    state = body.state
+    if state is None or state == {}:
+        return None
+    if not isinstance(state, dict):
+        raise InvalidRequest("state must be a JSON object (the session's shared state)")
+    return state
+
+
+async def _state_at_start(
+    runtime: SessionRuntime, tenant_id: str, run: RunRecord
+) -> dict[str, Any]:
+    """The shared state a run (started by an earlier request) started from: the fold up to
+    its first event of its own, past the events its start wrote before them (its prefix)."""
+    if run.first_seq is None:  # queued: it starts from the state as it will be
+        return (await runtime.load(tenant_id, run.session_id)).state.shared_state
+    before = await runtime.state_at(tenant_id, run.session_id, run.first_seq - 1)
+    events = await runtime.list_events(
+        tenant_id, run.session_id, after_seq=run.first_seq - 1, until_seq=run.last_seq, limit=100
+    )
+    prefix: list[Event] = []
+    for event in events:
+        if event.run_id == run.run_id:
+            break
+        prefix.append(event)
+    return fold(before, prefix).shared_state
 
 
 def _input_item(content: Any, message_id: str | None) -> dict[str, Any]:
@@ -336,6 +382,7 @@ async def _frames(
     encoder: EventEncoder,
     *,
     snapshot: list[Message] | None,
+    shared: dict[str, Any],
 ) -> AsyncIterator[bytes]:
     """The run as AG-UI frames: the run's timeline (`RunFollow`: its events from the table,
     then live from the bus on whichever replica it runs, with its deltas), translated, until
@@ -348,6 +395,7 @@ async def _frames(
     yield encode(translator.start(follow.run.run_id, follow.run.session_id))
     if snapshot is not None:
         yield encode([MessagesSnapshotEvent(messages=snapshot)])
+    yield encode([state_snapshot_event(shared)])
     items = follow.items
     try:
         async for item in items:

@@ -8,6 +8,8 @@ means, built with the protocol's own models (`ag_ui.core`):
 | --- | --- |
 | (stream start) | RUN_STARTED (the client's thread and run ids) |
 | (the client's history lags) | MESSAGES_SNAPSHOT, sent by the route (`ag_ui`) |
+| (stream start) | STATE_SNAPSHOT of the shared state as the run starts (`state_snapshot_event`) |
+| STATE_SET / STATE_PATCHED of the run | STATE_SNAPSHOT / STATE_DELTA (the JSON Patch as stored) |
 | STEP_START / STEP_END | STEP_STARTED / STEP_FINISHED, step `turn N` |
 | reasoning deltas | REASONING_START, REASONING_MESSAGE_START/CONTENT/END, REASONING_END |
 | text deltas | TEXT_MESSAGE_START / CONTENT, ended at MODEL_RESPONSE |
@@ -40,6 +42,8 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
     TextMessageContentEvent,
@@ -60,6 +64,12 @@ APPROVAL_RESPONSE_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
 }
+
+
+def state_snapshot_event(shared_state: dict[str, Any]) -> StateSnapshotEvent:
+    """The AG-UI snapshot of a session's shared state (`SessionState.shared_state`): what a
+    stream sends before any STATE_DELTA, so the client's copy starts from the stored one."""
+    return StateSnapshotEvent(snapshot=shared_state)
 
 
 def message_id(turn_id: str | None, run_id: str) -> str:
@@ -173,6 +183,13 @@ class Translator:
                 role="tool",
             )
         ]
+
+    def _on_state_set(self, event: Event) -> list[BaseEvent]:
+        state = event.payload.get("state")
+        return [state_snapshot_event(state if isinstance(state, dict) else {})]
+
+    def _on_state_patched(self, event: Event) -> list[BaseEvent]:
+        return [StateDeltaEvent(delta=event.payload.get("patch") or [])]
 
     def _on_approval_requested(self, event: Event) -> list[BaseEvent]:
         p = event.payload

@@ -61,6 +61,9 @@ def recovery_object(loaded: Loaded) -> dict[str, Any]:
     state = loaded.state.to_json()
     return {
         **state,
+        # Always present here (the snapshot row leaves it out while empty): what `restore`
+        # installs, and the same object as GET .../shared-state.
+        "shared_state": loaded.state.shared_state,
         "usage": usage_json(state.get("usage")),
         "session_id": loaded.session.session_id,
         "version": loaded.session.version,

@@ -278,9 +278,10 @@ def _describe(operation: dict[str, Any], path: str, examples: dict[str, Any]) ->
         if parameter["in"] in ("path", "query"):
             _no_nul(parameter.get("schema", {}))
     request = examples.get("request")
-    body = operation.get("requestBody", {}).get("content", {}).get("application/json")
-    if body is not None and request is not None:
-        body["example"] = request
+    for media, body in operation.get("requestBody", {}).get("content", {}).items():
+        # JSON under its own media type too (a JSON Patch is `application/json-patch+json`).
+        if request is not None and (media == "application/json" or media.endswith("+json")):
+            body["example"] = request
     for status, response in operation.get("responses", {}).items():
         content = response.get("content", {})
         code = int(status) if str(status).isdigit() else 0

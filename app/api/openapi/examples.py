@@ -80,6 +80,7 @@ STATE: dict[str, Any] = {
     "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
     "last_compact": None,
     "breaker": {"failures": 0, "open": False},
+    "shared_state": {},
 }
 RUN: dict[str, Any] = {
     "run_id": RUN_ID,
@@ -310,6 +311,8 @@ SESSION_RECEIPT: dict[str, Any] = {
     "erased_at": "2026-05-01T12:02:00.000000Z",
     "counts": {"runs": 1, "session_events": 11, "sessions": 1, "sessions_erased": 1},
 }
+# The shared state of `demo`: a to-do list its page and its model both edit.
+SHARED_STATE: dict[str, Any] = {"title": "Release", "todos": [{"title": "plan", "done": False}]}
 
 OPERATIONS: dict[str, dict[str, Any]] = {
     "create_webhook": {
@@ -368,6 +371,21 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "get_state": {"responses": {200: STATE}},
+    "get_shared_state": {"responses": {200: SHARED_STATE}},
+    "patch_shared_state": {
+        "request": [
+            {"op": "test", "path": "/todos/0/done", "value": False},
+            {"op": "replace", "path": "/todos/0/done", "value": True},
+            {"op": "add", "path": "/todos/-", "value": {"title": "ship", "done": False}},
+        ],
+        "responses": {
+            200: {
+                **SHARED_STATE,
+                "todos": [{"title": "plan", "done": True}, {"title": "ship", "done": False}],
+            }
+        },
+    },
+    "put_shared_state": {"request": SHARED_STATE, "responses": {200: SHARED_STATE}},
     "save_session": {"responses": {200: {"session_id": SID, "snapshot_seq": 3, "version": 3}}},
     "resume_session": {"request": {"binding": {"workspace": "repo-a"}}, "responses": {200: STATE}},
     "fork_session": {

@@ -119,6 +119,22 @@ class RestoreRequest(RequestBody):
     state: dict[str, Any] = Field(description="A recovery object, as GET .../state returns it.")
 
 
+class JsonPatchOperation(BaseModel):
+    """One operation of a JSON Patch (RFC 6902): `value` for add, replace and test; `from`
+    for move and copy. Paths are JSON Pointers (RFC 6901)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    op: Literal["add", "remove", "replace", "move", "copy", "test"]
+    path: str = Field(examples=["/todos/0/done"])
+    value: Any = None
+    from_: str | None = Field(default=None, alias="from")
+
+    def to_json(self) -> dict[str, Any]:
+        """The operation as sent: an explicit `"value": null` stays, an absent one stays out."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
 class MemoryRead(BaseModel):
     items: list[dict[str, Any]]
     summary: str | None
@@ -200,6 +216,11 @@ class StateRead(BaseModel):
     calibration: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Token-estimate calibration by <profile>/<model> (present once learnt).",
+    )
+    shared_state: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The shared state (the object of GET .../shared-state); restore installs "
+        "it when present (a recovery object without it keeps the session's).",
     )
 
 

@@ -3,6 +3,8 @@
 | directive                  | answer                                                       |
 | (none)                     | `echo: <input>`, completes                                   |
 | [tool:NAME {json-args}]    | calls NAME with the args, then answers with the tool output  |
+| [state:[json-patch]]       | calls update_state with that JSON Patch (several: one call    |
+|                            | each, in order), then answers with the tool output           |
 | [ask]                      | a question (ends with "?") -> NEEDS_USER_INPUT               |
 | [continue:N]               | continuation-like output N times, then completes             |
 | [fail]                     | the call raises -> ERROR, run fails                          |
@@ -33,6 +35,8 @@ from app.runtime.models.base import (
 
 _SIMPLE = re.compile(r"\[(ask|fail|continue:\d+|sleep:\d+|words:\d+|pace:\d+)\]")
 _TOOL = re.compile(r"\[tool:([A-Za-z_][\w.-]*)")
+_STATE = re.compile(r"\[state:")
+UPDATE_STATE = "update_state"  # the built-in tool `[state:...]` calls
 MAX_SLEEP_MS = 600_000
 MAX_WORDS = 100_000
 MAX_PACE_MS = 1000
@@ -42,6 +46,8 @@ MAX_PACE_MS = 1000
 class Directives:
     text: str
     tool: tuple[str, str] | None = None
+    # `[state:[...]]` directives: the arguments of one update_state call each, in order.
+    state_patches: tuple[str, ...] = ()
     ask: bool = False
     fail: bool = False
     continue_n: int = 0
@@ -71,6 +77,7 @@ def parse_directives(raw: str) -> Directives:
         if end != -1:
             tool = (match.group(1), args)
             rest = raw[:start] + raw[end + 1 :]
+    rest, patches = _state_directives(rest)
     for m in _SIMPLE.finditer(rest):
         key, _, value = m.group(1).partition(":")
         found[key] = int(value) if value else True
@@ -78,6 +85,7 @@ def parse_directives(raw: str) -> Directives:
     return Directives(
         text=text,
         tool=tool,
+        state_patches=patches,
         ask=bool(found.get("ask")),
         fail=bool(found.get("fail")),
         continue_n=int(found.get("continue", 0)),
@@ -85,6 +93,33 @@ def parse_directives(raw: str) -> Directives:
         words=min(int(found["words"]), MAX_WORDS) if "words" in found else None,
         pace_ms=min(int(found.get("pace", 0)), MAX_PACE_MS),
     )
+
+
+def _state_directives(raw: str) -> tuple[str, tuple[str, ...]]:
+    """`raw` without its `[state:[...]]` directives, and each one's update_state arguments.
+    A directive whose patch is not a JSON array is left in the text."""
+    patches: list[str] = []
+    out: list[str] = []
+    pos = 0
+    for _ in range(100):  # bounded: at most 100 directives are read
+        match = _STATE.search(raw, pos)
+        if match is None:
+            break
+        tail = raw[match.end() :]
+        try:
+            value, used = json.JSONDecoder().raw_decode(tail)
+        except (ValueError, RecursionError):
+            value, used = None, 0
+        end = match.end() + used
+        if not isinstance(value, list) or raw[end : end + 1] != "]":
+            out.append(raw[pos : match.end()])
+            pos = match.end()
+            continue
+        patches.append(json.dumps({"patch": value}))
+        out.append(raw[pos : match.start()])
+        pos = end + 1
+    out.append(raw[pos:])
+    return "".join(out), tuple(patches)
 
 
 def _latest_user_text(items: list[dict[str, Any]]) -> str:
@@ -119,13 +154,17 @@ class ScriptedModel:
             return await self._say(
                 request, f"{answered[0]} returned: {answered[1]}", on_delta, d.pace_ms
             )
-        if d.tool is not None:
-            call = ToolCallRequest(
-                call_id=f"call_{uuid.uuid4().hex[:16]}", name=d.tool[0], arguments=d.tool[1]
-            )
+        if d.tool is not None or d.state_patches:
+            calls = [
+                ToolCallRequest(call_id=f"call_{uuid.uuid4().hex[:16]}", name=name, arguments=args)
+                for name, args in (
+                    *([d.tool] if d.tool is not None else []),
+                    *((UPDATE_STATE, patch) for patch in d.state_patches),
+                )
+            ]
             return ModelResponse(
                 text="",
-                tool_calls=[call],
+                tool_calls=calls,
                 usage=self._usage(request, ""),
                 finish_reason="tool_calls",
             )

@@ -10,6 +10,7 @@ then the tool results and the decision.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -102,6 +103,16 @@ Write = Callable[[list[NewEvent], dict[str, Any]], Awaitable[AppendResult]]
 LoadState = Callable[[], Awaitable[SessionState]]
 Publish = Callable[[dict[str, Any]], None]
 EndTurn = Callable[[str], Awaitable[None]]
+
+
+def shared_state_instruction(shared: dict[str, Any]) -> str:
+    """The shared state as the model sees it: after the instructions, compact, and only once
+    something set it (a session without one sends exactly the prompt it always did)."""
+    text = json.dumps(shared, separators=(",", ":"), ensure_ascii=False)
+    return (
+        "Shared state (a JSON object the user's app shows and edits; change it with the "
+        f"update_state tool when asked): {text}"
+    )
 
 
 def _zero() -> dict[str, int]:
@@ -285,6 +296,8 @@ class LoopController:
         parts = [p for p in (self.opts.instructions, state.summary) if p]
         if state.summary:
             parts[-1] = f"Summary of the earlier conversation: {state.summary}"
+        if state.shared_state:
+            parts.append(shared_state_instruction(state.shared_state))
         return "\n\n".join(parts) or None
 
     def _delta(self, turn_id: str) -> Callable[[dict[str, Any]], None]:
@@ -416,7 +429,8 @@ class LoopController:
             if kinds[call.call_id] != "server":
                 continue
             output, is_error = await self._execute(call.name, call.arguments, call.call_id)
-            failed = failed or is_error
+            tool = next((t for t in self.opts.server_tools if t.name == call.name), None)
+            failed = failed or (is_error and not (tool is not None and tool.feeds_back_errors))
             results.append(self._result(call.call_id, output, is_error, turn_id))
         return results, failed
 

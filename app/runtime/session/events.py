@@ -46,6 +46,9 @@ class EventType(StrEnum):
     # Processes
     PROCESS_STARTED = "PROCESS_STARTED"
     PROCESS_EXITED = "PROCESS_EXITED"
+    # Shared state (the JSON object a session shares with its frontend)
+    STATE_SET = "STATE_SET"
+    STATE_PATCHED = "STATE_PATCHED"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from app.runtime.errors import InvalidPatch
 from app.runtime.memory.calibration import observe
 from app.runtime.session.events import Event, EventType
+from app.runtime.session.json_patch import apply_patch
 from app.runtime.session.state import SessionState
 
 # Folds one event's payload into the state; the seq is for handlers that point back at it.
@@ -99,6 +101,8 @@ def _restore(state: SessionState, payload: dict[str, Any], seq: int) -> None:
     state.items = list(memory.get("items") or [])
     state.summary = memory.get("summary")
     state.max_items = baseline.get("max_items")
+    if isinstance(baseline.get("shared_state"), dict):
+        state.shared_state = baseline["shared_state"]
     state.pending = {}  # the baseline replaces the calls those pending entries belonged to
 
 
@@ -170,6 +174,22 @@ def _forked(state: SessionState, payload: dict[str, Any], seq: int) -> None:
             state.processes[process_id] = {**process, "status": "restored", "reason": "forked"}
 
 
+def _state_set(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+    value = payload.get("state")
+    state.shared_state = value if isinstance(value, dict) else {}
+
+
+def _state_patched(state: SessionState, payload: dict[str, Any], seq: int) -> None:
+    # Written only after it applied to the state at this seq, so it applies here too; a
+    # patch that does not (a hand-edited import) is skipped rather than crash a reader.
+    try:
+        value = apply_patch(state.shared_state, payload.get("patch"))
+    except InvalidPatch:
+        return
+    if isinstance(value, dict):
+        state.shared_state = value
+
+
 def _windowed(handler: Handler) -> Handler:
     """`handler`, then window eviction: for the types that can grow memory or shrink the
     window, so memory is cut back to its window by the very event that overflowed it."""
@@ -201,6 +221,8 @@ HANDLERS: dict[str, Handler] = {
     EventType.APPROVAL_DECIDED: _approval_decided,
     EventType.PROCESS_STARTED: _process_started,
     EventType.PROCESS_EXITED: _process_exited,
+    EventType.STATE_SET: _state_set,
+    EventType.STATE_PATCHED: _state_patched,
 }
 
 

@@ -55,6 +55,7 @@ from app.runtime.session import event_payloads as ev
 from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.metadata import check_metadata_size
 from app.runtime.session.projector import apply_event, fold
+from app.runtime.session.shared_state import check_state_size, patch_events, set_events
 from app.runtime.session.state import SessionState, validate_recovery_object
 from app.runtime.session.store_writer import StoreWriter
 
@@ -67,6 +68,7 @@ class Limits:
     max_items_per_request: int = 256
     max_inline_bytes: int = 262_144
     max_metadata_bytes: int = 16_384
+    max_state_bytes: int = 65_536
     snapshot_every: int = 200
     max_sessions_per_tenant: int = 100_000
 
@@ -394,6 +396,86 @@ class SessionRuntime:
             idempotency=idempotency,
         )
 
+    async def set_shared_state(
+        self,
+        tenant_id: str,
+        session_id: str,
+        value: Any,
+        *,
+        if_match: int | None = None,
+        run_id: str | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> Loaded:
+        """Replace the shared state whole (STATE_SET); nothing is written when it already is
+        `value`. With `if_match`, only at that session version.
+
+        Raises:
+            InvalidPatch (not an object), PayloadTooLarge, VersionConflict.
+        """
+
+        def events(loaded: Loaded) -> builtins.list[NewEvent]:
+            return set_events(
+                loaded.state.shared_state, value, limit=self.limits.max_state_bytes, run_id=run_id
+            )
+
+        return await self._state_write(tenant_id, session_id, events, if_match, idempotency)
+
+    async def patch_shared_state(
+        self,
+        tenant_id: str,
+        session_id: str,
+        patch: Any,
+        *,
+        if_match: int | None = None,
+        run_id: str | None = None,
+        turn_id: str | None = None,
+        idempotency: IdempotencyToken | None = None,
+    ) -> Loaded:
+        """Apply a JSON Patch (RFC 6902) to the shared state (STATE_PATCHED), decided on the
+        state as it is when written: concurrent patches never fail for contention, only
+        for their own content (a `test` that no longer holds).
+
+        Raises:
+            InvalidPatch, PayloadTooLarge, VersionConflict.
+        """
+
+        def events(loaded: Loaded) -> builtins.list[NewEvent]:
+            return patch_events(
+                loaded.state.shared_state,
+                patch,
+                limit=self.limits.max_state_bytes,
+                run_id=run_id,
+                turn_id=turn_id,
+            )
+
+        return await self._state_write(tenant_id, session_id, events, if_match, idempotency)
+
+    async def _state_write(
+        self,
+        tenant_id: str,
+        session_id: str,
+        make_events: Callable[[Loaded], builtins.list[NewEvent]],
+        if_match: int | None,
+        idempotency: IdempotencyToken | None,
+    ) -> Loaded:
+        async def write(loaded: Loaded, writer: SessionWriter) -> Loaded:
+            if if_match is not None and loaded.session.version != if_match:
+                raise VersionConflict(if_match, loaded.session.version)
+            events = make_events(loaded)
+            if not events:
+                return loaded
+            result = await writer.append_events(
+                tenant_id,
+                session_id,
+                events=events,
+                expected_seq=loaded.session.last_seq,
+                expected_version=if_match,
+                idempotency=idempotency,
+            )
+            return self._after_write(result, fold(loaded.state, result.events))
+
+        return await self.decided(tenant_id, session_id, write)
+
     async def append(
         self,
         tenant_id: str,
@@ -475,6 +557,8 @@ class SessionRuntime:
     ) -> Loaded:
         """Install a recovery object (from GET state) as the memory baseline."""
         clean = validate_recovery_object(recovery, max_inline_bytes=self.limits.max_inline_bytes)
+        if "shared_state" in clean:
+            check_state_size(clean["shared_state"], limit=self.limits.max_state_bytes)
 
         def events(_: Loaded) -> list[NewEvent]:
             return [ev.SessionRestored(state=clean).event()]

@@ -47,6 +47,9 @@ class SessionState:
     # What the providers' token counts taught the estimate: "<profile>/<model>" -> {ratio,
     # samples, last_estimated_tokens, last_input_tokens} (calibration.py).
     calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The JSON object the session shares with its frontend (AG-UI `state`), folded from
+    # STATE_SET / STATE_PATCHED. Replaced, never edited in place, like items.
+    shared_state: dict[str, Any] = field(default_factory=dict)
 
     def memory_json(self) -> dict[str, Any]:
         """Memory alone: what "projection equals live memory" compares."""
@@ -70,6 +73,8 @@ class SessionState:
             data["processes"] = self.processes
         if self.calibration:
             data["calibration"] = self.calibration  # only once learnt, as for processes
+        if self.shared_state:
+            data["shared_state"] = self.shared_state  # only once set, as for processes
         return data
 
     @classmethod
@@ -87,6 +92,7 @@ class SessionState:
             truncated_through=int(data.get("truncated_through", 0)),
             processes={k: dict(v) for k, v in (data.get("processes") or {}).items()},
             calibration={k: dict(v) for k, v in (data.get("calibration") or {}).items()},
+            shared_state=dict(data.get("shared_state") or {}),
         )
 
     def copy(self) -> SessionState:
@@ -108,6 +114,7 @@ class SessionState:
             truncated_through=self.truncated_through,
             processes={k: dict(v) for k, v in self.processes.items()},
             calibration={k: dict(v) for k, v in self.calibration.items()},
+            shared_state=self.shared_state,
         )
 
     def estimated_tokens(self) -> int:
@@ -122,6 +129,9 @@ def state_hash(state_json: dict[str, Any]) -> str:
 
 def validate_recovery_object(data: dict[str, Any], *, max_inline_bytes: int) -> dict[str, Any]:
     """Check a client-supplied recovery object (the body of restore) and canonicalise it.
+
+    Its `shared_state`, when present, is installed too; an object without one (written
+    before shared state existed) leaves the session's shared state as it is.
 
     Raises:
         InvalidState: the object is not a recovery object this service can install.
@@ -142,4 +152,10 @@ def validate_recovery_object(data: dict[str, Any], *, max_inline_bytes: int) -> 
         clean = normalize_items(items, max_inline_bytes=max_inline_bytes)
     except Exception as exc:
         raise InvalidState(str(exc)) from exc
-    return {"memory": {"items": clean, "summary": summary}, "max_items": max_items}
+    out: dict[str, Any] = {"memory": {"items": clean, "summary": summary}, "max_items": max_items}
+    if "shared_state" in data:
+        shared = data["shared_state"]
+        if not isinstance(shared, dict):
+            raise InvalidState("state.shared_state must be an object")
+        out["shared_state"] = shared
+    return out

@@ -50,6 +50,9 @@ class Tool:
     source: str = "builtin"
     # Every call waits for an approval, whatever the agent spec says (an operator's choice).
     requires_approval: bool = False
+    # True: a failure is the model's own mistake, which it can correct (a patch that does
+    # not apply): it is fed back whatever the run's `on_tool_error` says.
+    feeds_back_errors: bool = False
 
     @property
     def spec(self) -> ToolSpec:

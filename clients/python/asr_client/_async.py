@@ -264,6 +264,41 @@ class AsyncSessionClient:
         """The recovery object (what `restore` accepts); its `version` is the ETag."""
         return await self._send(Call("GET", _s(session_id) + "/state", StateRead))
 
+    async def get_shared_state(self, session_id: str) -> JSON:
+        """The shared state: the JSON object the session shares with its frontend (AG-UI's
+        `state`) and its model (the `update_state` tool)."""
+        return await self._send(Call("GET", _s(session_id) + "/shared-state"))
+
+    async def patch_shared_state(
+        self,
+        session_id: str,
+        patch: list[JSON],
+        *,
+        if_match: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """Change the shared state by a JSON Patch (RFC 6902); returns the new state. A patch
+        that does not apply is InvalidRequest (`invalid_patch`)."""
+        call = keyed("PATCH", _s(session_id) + "/shared-state", None, patch, idempotency_key)
+        call.headers["Content-Type"] = "application/json-patch+json"
+        if if_match is not None:
+            call.headers["If-Match"] = f'"{if_match}"'
+        return await self._send(call)
+
+    async def put_shared_state(
+        self,
+        session_id: str,
+        state: JSON,
+        *,
+        if_match: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """Replace the shared state whole; returns it."""
+        call = keyed("PUT", _s(session_id) + "/shared-state", None, state, idempotency_key)
+        if if_match is not None:
+            call.headers["If-Match"] = f'"{if_match}"'
+        return await self._send(call)
+
     async def save(
         self,
         session_id: str,

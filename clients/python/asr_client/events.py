@@ -538,6 +538,32 @@ class ProcessExitedEvent(EventFrame):
     payload: ProcessExited
 
 
+class StateSet(Model):
+    """The shared state was set whole to `state` (a JSON object)."""
+
+    state: dict[str, Any]
+
+
+class StateSetEvent(EventFrame):
+    """An event of type STATE_SET."""
+
+    type: Literal["STATE_SET"]
+    payload: StateSet
+
+
+class StatePatched(Model):
+    """The shared state changed by `patch`, a JSON Patch (RFC 6902) that applied to it."""
+
+    patch: list[dict[str, Any]]
+
+
+class StatePatchedEvent(EventFrame):
+    """An event of type STATE_PATCHED."""
+
+    type: Literal["STATE_PATCHED"]
+    payload: StatePatched
+
+
 LedgerEvent = Annotated[
     SessionCreatedEvent
     | SessionSavedEvent
@@ -565,7 +591,9 @@ LedgerEvent = Annotated[
     | RunFinishedEvent
     | ErrorEvent
     | ProcessStartedEvent
-    | ProcessExitedEvent,
+    | ProcessExitedEvent
+    | StateSetEvent
+    | StatePatchedEvent,
     Field(discriminator="type"),
 ]
 """Any ledger event frame; `isinstance` (or `match`) on its class narrows it."""
@@ -599,6 +627,8 @@ EVENT_MODELS: dict[str, type[EventFrame]] = {
     "ERROR": ErrorEvent,
     "PROCESS_STARTED": ProcessStartedEvent,
     "PROCESS_EXITED": ProcessExitedEvent,
+    "STATE_SET": StateSetEvent,
+    "STATE_PATCHED": StatePatchedEvent,
 }
 
 

@@ -107,6 +107,7 @@ class StateRead(Model):
     breaker: dict[str, Any]
     processes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     calibration: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    shared_state: dict[str, Any] = Field(default_factory=dict)
 
 
 class SaveRead(Model):

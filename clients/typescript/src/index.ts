@@ -236,6 +236,41 @@ export class AsrClient {
     return this.json<Schemas["StateRead"]>({ method: "GET", path: `${s(sessionId)}/state`, retrySafe: true });
   }
 
+  /** The shared state: the JSON object the session shares with its frontend (AG-UI's `state`). */
+  getSharedState(sessionId: string) {
+    return this.json<Record<string, unknown>>({
+      method: "GET", path: `${s(sessionId)}/shared-state`, retrySafe: true,
+    });
+  }
+
+  /** Change the shared state by a JSON Patch (RFC 6902); resolves to the new state. */
+  patchSharedState(
+    sessionId: string,
+    patch: Schemas["JsonPatchOperation"][],
+    options: CallOptions & { ifMatch?: number } = {},
+  ) {
+    const headers: Record<string, string> = {
+      ...this.keyed(options), "Content-Type": "application/json-patch+json",
+    };
+    if (options.ifMatch !== undefined) headers["If-Match"] = `"${options.ifMatch}"`;
+    return this.json<Record<string, unknown>>({
+      method: "PATCH", path: `${s(sessionId)}/shared-state`, body: patch, headers, retrySafe: true,
+    });
+  }
+
+  /** Replace the shared state whole; resolves to it. */
+  putSharedState(
+    sessionId: string,
+    state: Record<string, unknown>,
+    options: CallOptions & { ifMatch?: number } = {},
+  ) {
+    const headers = this.keyed(options);
+    if (options.ifMatch !== undefined) headers["If-Match"] = `"${options.ifMatch}"`;
+    return this.json<Record<string, unknown>>({
+      method: "PUT", path: `${s(sessionId)}/shared-state`, body: state, headers, retrySafe: true,
+    });
+  }
+
   saveSession(sessionId: string, options: CallOptions & { ifMatch?: number } = {}) {
     const headers = this.keyed(options);
     if (options.ifMatch !== undefined) headers["If-Match"] = `"${options.ifMatch}"`;

@@ -244,6 +244,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/shared-state": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The session's shared state (the object AG-UI calls `state`)
+         * @description The JSON object the session shares with its frontend: what an AG-UI run's
+         *     STATE_SNAPSHOT and STATE_DELTAs build on the client, and what the model sees and edits
+         *     with `update_state`. `{}` until something sets it.
+         */
+        get: operations["getSharedState"];
+        /**
+         * Replace the shared state whole
+         * @description Replace the shared state (one STATE_SET event; none when it already is that object)
+         *     and return it. A state over `ASR_MAX_STATE_BYTES` is 413. With `If-Match`, only at that
+         *     session version (else 412).
+         */
+        put: operations["putSharedState"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change the shared state by a JSON Patch (RFC 6902)
+         * @description Apply a JSON Patch to the shared state (one STATE_PATCHED event) and return the new
+         *     state. The patch is decided on the state as it is when written, so concurrent patches
+         *     all apply, in some order; a patch that does not apply (a failing `test`, a missing path)
+         *     is 422 `invalid_patch` and changes nothing. A state over `ASR_MAX_STATE_BYTES` is 413.
+         *     With `If-Match`, only at that session version (else 412).
+         */
+        patch: operations["patchSharedState"];
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/compact": {
         parameters: {
             query?: never;
@@ -1770,6 +1806,60 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    STATE_PATCHED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A STATE_PATCHED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverStatePatched"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    STATE_SET: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A STATE_SET event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverStateSet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     STEP_END: {
         parameters: {
             query?: never;
@@ -2084,7 +2174,7 @@ export interface components {
             /** Version */
             version: number;
             /** Events */
-            events: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"])[];
+            events: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"] | components["schemas"]["StateSetEvent"] | components["schemas"]["StatePatchedEvent"])[];
         };
         /**
          * ApprovalDecided
@@ -2818,7 +2908,7 @@ export interface components {
         /** EventList */
         EventList: {
             /** Data */
-            data: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"])[];
+            data: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"] | components["schemas"]["StateSetEvent"] | components["schemas"]["StatePatchedEvent"])[];
             /**
              * Next After Seq
              * @description Pass as after_seq for the next page.
@@ -2837,7 +2927,7 @@ export interface components {
              * @description An event type of the vocabulary (`GET /v1/event-types`).
              * @enum {string}
              */
-            type: "SESSION_CREATED" | "SESSION_SAVED" | "SESSION_RESUMED" | "SESSION_FORKED" | "SESSION_RESTORED" | "METADATA_UPDATED" | "USER_INPUT" | "MEMORY_ITEMS_APPENDED" | "TOOL_RESULT" | "TOOL_OUTPUT_REPLACED" | "MEMORY_COMPRESS" | "WINDOW_CHANGED" | "RUN_STARTED" | "STEP_START" | "MODEL_REQUEST" | "MODEL_RESPONSE" | "TOOL_CALL" | "FINAL_OUTPUT" | "STEP_END" | "AUTO_CONTINUE" | "AUTO_STOP" | "APPROVAL_REQUESTED" | "APPROVAL_DECIDED" | "RUN_FINISHED" | "ERROR" | "PROCESS_STARTED" | "PROCESS_EXITED";
+            type: "SESSION_CREATED" | "SESSION_SAVED" | "SESSION_RESUMED" | "SESSION_FORKED" | "SESSION_RESTORED" | "METADATA_UPDATED" | "USER_INPUT" | "MEMORY_ITEMS_APPENDED" | "TOOL_RESULT" | "TOOL_OUTPUT_REPLACED" | "MEMORY_COMPRESS" | "WINDOW_CHANGED" | "RUN_STARTED" | "STEP_START" | "MODEL_REQUEST" | "MODEL_RESPONSE" | "TOOL_CALL" | "FINAL_OUTPUT" | "STEP_END" | "AUTO_CONTINUE" | "AUTO_STOP" | "APPROVAL_REQUESTED" | "APPROVAL_DECIDED" | "RUN_FINISHED" | "ERROR" | "PROCESS_STARTED" | "PROCESS_EXITED" | "STATE_SET" | "STATE_PATCHED";
             /**
              * Description
              * @description What an event of this type records, in one line.
@@ -3040,6 +3130,27 @@ export interface components {
              * @description Append only if the session's last seq is this (else 409).
              */
             expected_seq?: number | null;
+        };
+        /**
+         * JsonPatchOperation
+         * @description One operation of a JSON Patch (RFC 6902): `value` for add, replace and test; `from`
+         *     for move and copy. Paths are JSON Pointers (RFC 6901).
+         */
+        JsonPatchOperation: {
+            /**
+             * Op
+             * @enum {string}
+             */
+            op: "add" | "remove" | "replace" | "move" | "copy" | "test";
+            /**
+             * Path
+             * @example /todos/0/done
+             */
+            path: string;
+            /** Value */
+            value?: unknown;
+            /** From */
+            from?: string | null;
         };
         /** McpServerRead */
         McpServerRead: {
@@ -4811,6 +4922,66 @@ export interface components {
             updated_at: string;
         };
         /**
+         * StatePatched
+         * @description The shared state changed by `patch`, a JSON Patch (RFC 6902) that applied to it.
+         */
+        StatePatched: {
+            /** Patch */
+            patch: {
+                [key: string]: unknown;
+            }[];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * StatePatchedEvent
+         * @description An event of type STATE_PATCHED.
+         */
+        StatePatchedEvent: {
+            /**
+             * Event Id
+             * @description Globally unique id of the event.
+             */
+            event_id: string;
+            /** Session Id */
+            session_id: string;
+            /**
+             * Seq
+             * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+             */
+            seq: number;
+            /**
+             * Run Id
+             * @description The run that wrote it, if any.
+             */
+            run_id: string | null;
+            /**
+             * Turn Id
+             * @description The model turn that wrote it, if any.
+             */
+            turn_id: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             * @description When it was committed (RFC 3339, UTC, `Z`).
+             */
+            created_at: string;
+            /**
+             * Position
+             * @description Position in the tenant-wide order of events.
+             */
+            position: number;
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "STATE_PATCHED";
+            /** @description What the event records. */
+            payload: components["schemas"]["StatePatched"];
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * StateRead
          * @description The recovery object: what restore accepts back.
          */
@@ -4856,6 +5027,73 @@ export interface components {
                     [key: string]: unknown;
                 };
             };
+            /**
+             * Shared State
+             * @description The shared state (the object of GET .../shared-state); restore installs it when present (a recovery object without it keeps the session's).
+             */
+            shared_state?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * StateSet
+         * @description The shared state was set whole to `state` (a JSON object).
+         */
+        StateSet: {
+            /** State */
+            state: {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * StateSetEvent
+         * @description An event of type STATE_SET.
+         */
+        StateSetEvent: {
+            /**
+             * Event Id
+             * @description Globally unique id of the event.
+             */
+            event_id: string;
+            /** Session Id */
+            session_id: string;
+            /**
+             * Seq
+             * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+             */
+            seq: number;
+            /**
+             * Run Id
+             * @description The run that wrote it, if any.
+             */
+            run_id: string | null;
+            /**
+             * Turn Id
+             * @description The model turn that wrote it, if any.
+             */
+            turn_id: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             * @description When it was committed (RFC 3339, UTC, `Z`).
+             */
+            created_at: string;
+            /**
+             * Position
+             * @description Position in the tenant-wide order of events.
+             */
+            position: number;
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "STATE_SET";
+            /** @description What the event records. */
+            payload: components["schemas"]["StateSet"];
+        } & {
+            [key: string]: unknown;
         };
         /** StdinRead */
         StdinRead: {
@@ -7407,6 +7645,120 @@ export interface components {
             };
         };
         /**
+         * StatePatchedDelivery
+         * @description The body of a STATE_PATCHED delivery (Standard Webhooks envelope).
+         */
+        StatePatchedDelivery: {
+            /** @constant */
+            type: "STATE_PATCHED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * StatePatchedData
+             * @description The STATE_PATCHED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "STATE_PATCHED";
+                /** @description What the event records. */
+                payload: components["schemas"]["StatePatched"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * StateSetDelivery
+         * @description The body of a STATE_SET delivery (Standard Webhooks envelope).
+         */
+        StateSetDelivery: {
+            /** @constant */
+            type: "STATE_SET";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * StateSetData
+             * @description The STATE_SET event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "STATE_SET";
+                /** @description What the event records. */
+                payload: components["schemas"]["StateSet"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
          * StepEndDelivery
          * @description The body of a STEP_END delivery (Standard Webhooks envelope).
          */
@@ -8919,7 +9271,8 @@ export interface operations {
                      *       "breaker": {
                      *         "failures": 0,
                      *         "open": false
-                     *       }
+                     *       },
+                     *       "shared_state": {}
                      *     }
                      */
                     "application/json": components["schemas"]["StateRead"];
@@ -9286,7 +9639,8 @@ export interface operations {
                      *       "breaker": {
                      *         "failures": 0,
                      *         "open": false
-                     *       }
+                     *       },
+                     *       "shared_state": {}
                      *     }
                      */
                     "application/json": components["schemas"]["StateRead"];
@@ -9684,7 +10038,8 @@ export interface operations {
                  *         "breaker": {
                  *           "failures": 0,
                  *           "open": false
-                 *         }
+                 *         },
+                 *         "shared_state": {}
                  *       }
                  *     }
                  */
@@ -9724,7 +10079,8 @@ export interface operations {
                      *       "breaker": {
                      *         "failures": 0,
                      *         "open": false
-                     *       }
+                     *       },
+                     *       "shared_state": {}
                      *     }
                      */
                     "application/json": components["schemas"]["StateRead"];
@@ -10193,6 +10549,568 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/sessions/demo/memory",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSharedState: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example demo */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The shared state (a JSON object); ETag = the session version. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "title": "Release",
+                     *       "todos": [
+                     *         {
+                     *           "title": "plan",
+                     *           "done": false
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putSharedState: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The session version (ETag) expected. */
+                "If-Match"?: string | null;
+                /** @description Retry-safe key: the same key and body replay the stored response. */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @example demo */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "title": "Release",
+                 *       "todos": [
+                 *         {
+                 *           "title": "plan",
+                 *           "done": false
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description The shared state (a JSON object); ETag = the session version. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "title": "Release",
+                     *       "todos": [
+                     *         {
+                     *           "title": "plan",
+                     *           "done": false
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not name the current version */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:version_conflict",
+                     *       "title": "Precondition failed",
+                     *       "status": 412,
+                     *       "detail": "the session is at version 12, not 11",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "version_conflict"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    patchSharedState: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The session version (ETag) expected. */
+                "If-Match"?: string | null;
+                /** @description Retry-safe key: the same key and body replay the stored response. */
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                /** @example demo */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example [
+                 *       {
+                 *         "op": "test",
+                 *         "path": "/todos/0/done",
+                 *         "value": false
+                 *       },
+                 *       {
+                 *         "op": "replace",
+                 *         "path": "/todos/0/done",
+                 *         "value": true
+                 *       },
+                 *       {
+                 *         "op": "add",
+                 *         "path": "/todos/-",
+                 *         "value": {
+                 *           "title": "ship",
+                 *           "done": false
+                 *         }
+                 *       }
+                 *     ]
+                 */
+                "application/json": components["schemas"]["JsonPatchOperation"][];
+                /**
+                 * @example [
+                 *       {
+                 *         "op": "test",
+                 *         "path": "/todos/0/done",
+                 *         "value": false
+                 *       },
+                 *       {
+                 *         "op": "replace",
+                 *         "path": "/todos/0/done",
+                 *         "value": true
+                 *       },
+                 *       {
+                 *         "op": "add",
+                 *         "path": "/todos/-",
+                 *         "value": {
+                 *           "title": "ship",
+                 *           "done": false
+                 *         }
+                 *       }
+                 *     ]
+                 */
+                "application/json-patch+json": components["schemas"]["JsonPatchOperation"][];
+            };
+        };
+        responses: {
+            /** @description The shared state (a JSON object); ETag = the session version. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "title": "Release",
+                     *       "todos": [
+                     *         {
+                     *           "title": "plan",
+                     *           "done": true
+                     *         },
+                     *         {
+                     *           "title": "ship",
+                     *           "done": false
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description If-Match does not name the current version */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:version_conflict",
+                     *       "title": "Precondition failed",
+                     *       "status": 412,
+                     *       "detail": "the session is at version 12, not 11",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "version_conflict"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/sessions/demo/shared-state",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/sessions/demo/shared-state",
                      *       "code": "database_unavailable"
                      *     }
                      */
@@ -19589,6 +20507,96 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["SessionSavedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverStatePatched: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StatePatchedDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverStateSet: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StateSetDelivery"];
             };
         };
         responses: {

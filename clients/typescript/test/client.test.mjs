@@ -56,6 +56,20 @@ describe("routes", () => {
     await assert.rejects(asr.getSession(child.session_id), (error) => error.code === "session_not_found");
   });
 
+  test("shared state: get, put, JSON Patch, a patch that does not apply, a fork carries it", async () => {
+    const { session_id: sid } = await asr.createSession();
+    assert.deepEqual(await asr.getSharedState(sid), {});
+    assert.deepEqual(await asr.putSharedState(sid, { todos: ["plan"] }), { todos: ["plan"] });
+    const patched = await asr.patchSharedState(sid, [{ op: "add", path: "/todos/-", value: "ship" }]);
+    assert.deepEqual(patched, { todos: ["plan", "ship"] });
+    await assert.rejects(asr.patchSharedState(sid, [{ op: "remove", path: "/nope" }]), (error) => {
+      assert.ok(error instanceof ApiError);
+      return error.status === 422 && error.code === "invalid_patch";
+    });
+    const child = await asr.forkSession(sid);
+    assert.deepEqual(await asr.getSharedState(child.session_id), { todos: ["plan", "ship"] });
+  });
+
   test("runs: wait, background, client tools, catalogue", async () => {
     const { session_id: sid } = await asr.createSession();
     const run = await asr.createRun(sid, { input: "hello" });

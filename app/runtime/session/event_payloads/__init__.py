@@ -61,6 +61,7 @@ from app.runtime.session.event_payloads.runs import (
     StepStart,
     ToolCall,
 )
+from app.runtime.session.event_payloads.state import StatePatched, StateSet
 from app.runtime.session.events import EventType
 
 # Every event type's payload model, in the order of `EventType`. A value is a payload model
@@ -93,6 +94,8 @@ PAYLOAD_MODELS: dict[EventType, Any] = {
     EventType.ERROR: Error,
     EventType.PROCESS_STARTED: ProcessStarted,
     EventType.PROCESS_EXITED: ProcessExited,
+    EventType.STATE_SET: StateSet,
+    EventType.STATE_PATCHED: StatePatched,
 }
 
 __all__ = [
@@ -130,6 +133,8 @@ __all__ = [
     "SessionRestored",
     "SessionResumed",
     "SessionSaved",
+    "StatePatched",
+    "StateSet",
     "StepEnd",
     "StepStart",
     "ToolCall",
