@@ -103,7 +103,7 @@ async def get_blueprint_agent_card(
     responses={**RPC_DOC, **problem_responses(401)},
     openapi_extra=RPC_BODY,
 )
-async def a2a_rpc(request: Request, tenant: TenantDep, services: ServicesDep) -> Response:
+async def call_agent(request: Request, tenant: TenantDep, services: ServicesDep) -> Response:
     """One A2A JSON-RPC 2.0 call (`SendMessage`, `SendStreamingMessage`, `GetTask`,
     `ListTasks`, `CancelTask`, `SubscribeToTask`, the push notification config methods,
     `GetExtendedAgentCard`): a context is a session, a task a run. Streaming methods
@@ -118,7 +118,7 @@ async def a2a_rpc(request: Request, tenant: TenantDep, services: ServicesDep) ->
     responses={**RPC_DOC, **problem_responses(401, 422)},
     openapi_extra=RPC_BODY,
 )
-async def a2a_agent_rpc(
+async def call_blueprint_agent(
     agent_name: str, request: Request, tenant: TenantDep, services: ServicesDep
 ) -> Response:
     """Like `POST /a2a`, with new contexts' sessions running blueprint `agent_name`."""

@@ -88,6 +88,7 @@ RPC_BODY: dict[str, Any] = {
         "content": {
             "application/json": {
                 "schema": {"$ref": f"#/components/schemas/{REQUEST_SCHEMA}"},
+                "example": SEND_EXAMPLE,
                 "examples": {
                     "send": {"summary": "Send a message", "value": SEND_EXAMPLE},
                     "approve": {
@@ -101,18 +102,19 @@ RPC_BODY: dict[str, Any] = {
 }
 RPC_DOC: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "A JSON-RPC response (a result, or an A2A error such as -32001 task "
-        "not found), or for SendStreamingMessage and SubscribeToTask Server-Sent Events "
-        "whose `data:` is one JSON-RPC response each",
+        "description": "A JSON-RPC response: a result, or an A2A error such as -32001 (task "
+        "not found). SendStreamingMessage and SubscribeToTask answer with Server-Sent Events "
+        "(`text/event-stream`) instead, each `data:` one JSON-RPC response whose result is a "
+        "Task, a status update or an artifact update.",
         "content": {
             "application/json": {
                 "schema": {"type": "object"},
+                "example": TASK_EXAMPLE,
                 "examples": {
                     "task": {"summary": "A completed task", "value": TASK_EXAMPLE},
                     "error": {"summary": "An A2A error", "value": ERROR_EXAMPLE},
                 },
             },
-            "text/event-stream": {"schema": {"type": "object"}},
         },
     }
 }
@@ -142,7 +144,12 @@ def a2a_components() -> dict[str, Any]:
     components: dict[str, Any] = {}
     envelope_schema(components)
     names = {name: PREFIX + name for name in components}
-    return {names[name]: _renamed(body, names) for name, body in components.items()}
+    out = {names[name]: _renamed(body, names) for name, body in components.items()}
+    # The methods' params overlap (a SendMessageRequest is also a valid empty
+    # GetExtendedAgentCardRequest): `method` says which one applies, so any may match.
+    params = out[REQUEST_SCHEMA]["properties"]["params"]
+    params["anyOf"] = params.pop("oneOf")
+    return out
 
 
 def describe_a2a(document: dict[str, Any]) -> None:
