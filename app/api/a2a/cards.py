@@ -19,7 +19,7 @@ from a2a.types.a2a_pb2 import (
     SecurityScheme,
     StringList,
 )
-from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
+from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
 
 from app.runtime.runs.agent import AgentSpec
 from app.runtime.runs.blueprints import Blueprints
@@ -78,12 +78,15 @@ class CardMaker:
             name=name,
             description=description,
             version=VERSION,
+            # The same endpoint answers 0.3's method names too (the card then also carries
+            # 0.3's `url` and `preferredTransport` for 0.3 clients).
             supported_interfaces=[
                 AgentInterface(
                     url=self.base_url + rpc_path(self.agent_name),
                     protocol_binding=TransportProtocol.JSONRPC.value,
-                    protocol_version=PROTOCOL_VERSION_1_0,
+                    protocol_version=version,
                 )
+                for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
             ],
             provider=AgentProvider(organization="Agent Session Runtime", url=self.base_url),
             documentation_url=self.base_url + "/docs",

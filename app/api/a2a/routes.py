@@ -14,10 +14,13 @@ The SDK's JSON-RPC dispatcher parses the envelope and answers with A2A's error c
 
 from __future__ import annotations
 
+import json
+
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.requests import Request as StarletteRequest
@@ -36,13 +39,28 @@ router = APIRouter(tags=["a2a"])
 class _CallContext(DefaultServerCallContextBuilder):
     """The SDK's call context, with the tenant our key authentication found."""
 
-    def __init__(self, tenant_id: str) -> None:
+    def __init__(self, tenant_id: str, *, default_version: str | None) -> None:
         self.tenant_id = tenant_id
+        self.default_version = default_version
 
     def build(self, request: StarletteRequest) -> ServerCallContext:
         context = super().build(request)
         context.state["tenant_id"] = self.tenant_id
+        headers = context.state["headers"]
+        if self.default_version and not headers.get(VERSION_HEADER.lower()):
+            headers[VERSION_HEADER.lower()] = self.default_version
         return context
+
+
+async def _default_version(request: Request) -> str | None:
+    """1.0 for a call of one of 1.0's method names without `A2A-Version` (the SDK would
+    assume 0.3, whose method names differ: the name alone says which one is meant)."""
+    try:
+        body = json.loads(await request.body())  # kept by the request for the dispatcher
+    except ValueError:
+        return None
+    method = body.get("method") if isinstance(body, dict) else None
+    return PROTOCOL_VERSION_1_0 if method in JsonRpcDispatcher.METHOD_TO_MODEL else None
 
 
 def _card(request: Request, services: Services, agent_name: str | None) -> JSONResponse:
@@ -57,7 +75,9 @@ async def _dispatch(
     handler = A2aHandler(services, tenant_id=tenant.tenant_id, agent_name=agent_name, cards=cards)
     dispatcher = JsonRpcDispatcher(
         request_handler=handler,
-        context_builder=_CallContext(tenant.tenant_id),
+        context_builder=_CallContext(
+            tenant.tenant_id, default_version=await _default_version(request)
+        ),
         enable_v0_3_compat=True,
     )
     return await dispatcher.handle_requests(request)

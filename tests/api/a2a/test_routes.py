@@ -10,7 +10,11 @@ import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.client.client import Client
 from a2a.types.a2a_pb2 import (
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
@@ -18,11 +22,14 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     StreamResponse,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import A2AError
 from google.protobuf.struct_pb2 import Value
 
+from app.main import create_app
+from app.settings import Settings
 from tests.conftest import TenantKey
 
 BASE = "http://asr.test"
@@ -136,3 +143,68 @@ async def test_errors_are_a2a_codes(http: httpx.AsyncClient) -> None:
     client = await make_client(http, streaming=False)
     with pytest.raises(A2AError):
         await client.get_task(GetTaskRequest(id="run_nope"))
+
+
+def rpc(method: str, params: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": 9, "method": method, "params": params}
+
+
+async def test_versions_cards_lists_and_refusals(http: httpx.AsyncClient) -> None:
+    # No A2A-Version: 1.0's method names are 1.0, 0.3's are 0.3.
+    send = {
+        "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "a"}]}
+    }
+    done = (await http.post("/a2a", json=rpc("SendMessage", send))).json()["result"]["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+    old = {"id": done["id"]}
+    assert (await http.post("/a2a", json=rpc("tasks/get", old))).json()["result"]["status"][
+        "state"
+    ] == "completed"
+    client = await make_client(http, streaming=True)
+    # A finished task cannot be cancelled, nor subscribed to.
+    cancel = await http.post("/a2a", json=rpc("CancelTask", {"id": done["id"]}))
+    assert cancel.json()["error"]["code"] == -32002
+    subscribe = await http.post("/a2a", json=rpc("SubscribeToTask", {"id": done["id"]}))
+    assert '"code": -32004' in subscribe.text or '"code":-32004' in subscribe.text
+    # Listed among the contexts A2A created.
+    listed = await client.list_tasks(ListTasksRequest(page_size=100))
+    assert done["id"] in [t.id for t in listed.tasks]
+    card = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    assert any(s.id == "chat" for s in card.skills)
+
+
+@pytest.fixture
+async def loopback_hooks(settings: Settings, tenant: TenantKey) -> AsyncIterator[httpx.AsyncClient]:
+    """An app whose webhooks may target loopback (no deliverer runs in it)."""
+    application = create_app(settings.model_copy(update={"webhook_allow_networks": "127.0.0.1/32"}))
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(
+            transport=transport, base_url=BASE, headers=tenant.headers, timeout=30
+        ) as c:
+            yield c
+
+
+async def test_push_configs_are_webhooks(loopback_hooks: httpx.AsyncClient) -> None:
+    http = loopback_hooks
+    client = await make_client(http, streaming=False)
+    [reply] = await responses(client, text("hi"))
+    task_id = reply.task.id
+    config = TaskPushNotificationConfig(
+        task_id=task_id, url="http://127.0.0.1:9/a2a", token="my-token"
+    )
+    made = await client.create_task_push_notification_config(config)
+    assert made.id.startswith("wh_") and made.token == "my-token"
+    got = await client.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=task_id, id=made.id)
+    )
+    assert got.url == config.url and got.token == ""
+    listed = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    assert [c.id for c in listed.configs] == [made.id]
+    await client.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=made.id)
+    )
+    webhooks = (await http.get("/v1/webhooks")).json()["data"]
+    assert made.id not in [w["webhook_id"] for w in webhooks]
