@@ -208,3 +208,20 @@ async def test_push_configs_are_webhooks(loopback_hooks: httpx.AsyncClient) -> N
     )
     webhooks = (await http.get("/v1/webhooks")).json()["data"]
     assert made.id not in [w["webhook_id"] for w in webhooks]
+
+
+async def test_a_push_config_on_send_is_made_before_the_run(
+    loopback_hooks: httpx.AsyncClient,
+) -> None:
+    client = await make_client(loopback_hooks, streaming=False)
+    request = text("hi")
+    push = request.configuration.task_push_notification_config
+    push.url, push.token = "http://127.0.0.1:9/a2a", "t"
+    [reply] = await responses(client, request)
+    listed = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=reply.task.id)
+    )
+    assert len(listed.configs) == 1 and listed.configs[0].task_id == reply.task.id
+    hooks = (await loopback_hooks.get("/v1/webhooks")).json()["data"]
+    [hook] = [w for w in hooks if w["webhook_id"] == listed.configs[0].id]
+    assert hook["session_id"] == reply.task.context_id and hook["event_types"] == ["RUN_FINISHED"]
