@@ -6,7 +6,7 @@ does. One `TaskFold` per view; feed it the task's events in seq order:
 
 | ours | A2A |
 | --- | --- |
-| USER_INPUT, APPROVAL_DECIDED | a user message in the history (not streamed back) |
+| USER_INPUT, APPROVAL_DECIDED, an answer between runs | a user message (not streamed) |
 | MODEL_RESPONSE (text, tool calls) | an agent message: status update WORKING |
 | TOOL_RESULT | an agent message with the output (DataPart `tool_result`) |
 | APPROVAL_REQUESTED | an agent message asking for the decision (DataPart `approval_request`) |
@@ -174,6 +174,17 @@ class TaskFold:
         content = item.get("content")
         text = content if isinstance(content, str) else _text_of(content)
         self._message(Role.ROLE_USER, item.get("id") or self._minted(event), [text_part(text)])
+        return []
+
+    def _on_memory_items_appended(self, event: Event) -> list[StreamEvent]:
+        if event.run_id is not None:
+            return []  # the run's own items: its model responses say the same
+        for item in event.payload.get("items") or []:
+            if item.get("type") == "message" and item.get("role") == "user":
+                content = item.get("content")
+                words = content if isinstance(content, str) else _text_of(content)
+                message_id = item.get("id") or self._minted(event)
+                self._message(Role.ROLE_USER, message_id, [text_part(words)])
         return []
 
     def _on_approval_decided(self, event: Event) -> list[StreamEvent]:

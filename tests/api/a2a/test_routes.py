@@ -225,3 +225,19 @@ async def test_a_push_config_on_send_is_made_before_the_run(
     hooks = (await loopback_hooks.get("/v1/webhooks")).json()["data"]
     [hook] = [w for w in hooks if w["webhook_id"] == listed.configs[0].id]
     assert hook["session_id"] == reply.task.context_id and hook["event_types"] == ["RUN_FINISHED"]
+
+
+async def test_a_question_is_answered_by_the_next_message(http: httpx.AsyncClient) -> None:
+    client = await make_client(http, streaming=False)
+    [asked] = await responses(client, text("[ask] help me"))
+    task = asked.task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    reply = text("with the garden", task_id=task.id, context_id=task.context_id)
+    [done] = await responses(client, reply)
+    assert done.task.id == task.id
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    users = [m for m in done.task.history if m.role == Role.ROLE_USER]
+    assert [m.message_id for m in users] == [
+        asked.task.history[0].message_id,
+        reply.message.message_id,
+    ]
