@@ -10,7 +10,6 @@ import base64
 import os
 import secrets
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -129,10 +128,9 @@ async def test_cancel_from_the_other_replica(
     task = reply.task
     assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
     other = await client_of(https[1], a2a_replicas[1].base_url, streaming=False)
-    started = time.monotonic()
     cancelled = await other.cancel_task(CancelTaskRequest(id=task.id))
+    # CANCELED, not COMPLETED: the run was interrupted, not left to finish its sleep.
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
-    assert time.monotonic() - started < 4.5  # not the sleep running out
     seen = await starter.get_task(GetTaskRequest(id=task.id))
     assert seen.status.state == TaskState.TASK_STATE_CANCELED
 
