@@ -72,6 +72,15 @@ include-operation-id = ["createSchedule", "patchSchedule", "listSchedules", "lis
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
                                                      "5xx"]
 
+# A2A: JSON-RPC answers every call it can read with 200, an invalid one with an A2A error
+# in the body (-32600, -32602, ...), as the protocol says; a blueprint named in the path may
+# not exist (422), and a valid message may address a context that is busy or waits for input
+# (its JSON-RPC error, still a 200).
+[[operations]]
+include-operation-id = ["callAgent", "callBlueprintAgent"]
+checks.negative_data_rejection.enabled = false
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
+                                                     "5xx"]
 [[operations]]
 include-operation-id = ["saveSession", "restoreSession", "delegateTask"]
 checks.positive_data_acceptance.expected-statuses = [

@@ -120,7 +120,7 @@ async def get_blueprint_agent_card(
     "/a2a",
     summary="A2A JSON-RPC: the default agent",
     response_class=Response,
-    responses={**RPC_DOC, **problem_responses(401)},
+    responses={**RPC_DOC, **problem_responses(401, 413)},
     openapi_extra=RPC_BODY,
 )
 async def call_agent(request: Request, tenant: TenantDep, services: ServicesDep) -> Response:
@@ -135,7 +135,7 @@ async def call_agent(request: Request, tenant: TenantDep, services: ServicesDep)
     "/a2a/{agent_name}",
     summary="A2A JSON-RPC: one agent blueprint",
     response_class=Response,
-    responses={**RPC_DOC, **problem_responses(401, 422)},
+    responses={**RPC_DOC, **problem_responses(401, 413, 422)},
     openapi_extra=RPC_BODY,
 )
 async def call_blueprint_agent(

@@ -55,6 +55,19 @@ TASK_EXAMPLE: dict[str, Any] = {
         }
     },
 }
+STREAM_EXAMPLE = (
+    'data: {"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "run_01HZX3J8Q3V2C7", '
+    '"contextId": "demo", "status": {"state": "TASK_STATE_SUBMITTED"}}}}\n\n'
+    'data: {"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {"taskId": '
+    '"run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": '
+    '"TASK_STATE_COMPLETED"}}}}\n\n'
+)
+STREAM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "SendStreamingMessage and SubscribeToTask: Server-Sent Events whose `data:` "
+    "is one A2A JSON-RPC response each (its result a Task, a status update or an artifact "
+    "update; an error ends the stream).",
+}
 ERROR_EXAMPLE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 3,
@@ -115,8 +128,16 @@ RPC_DOC: dict[int | str, dict[str, Any]] = {
                     "error": {"summary": "An A2A error", "value": ERROR_EXAMPLE},
                 },
             },
+            "text/event-stream": {"schema": STREAM_SCHEMA, "example": STREAM_EXAMPLE},
         },
     }
+}
+# The operations' examples as `app.api.openapi.examples` gives them to the document.
+RPC_OPERATION: dict[str, Any] = {
+    "request": SEND_EXAMPLE,
+    "responses": {200: TASK_EXAMPLE},
+    "stream": STREAM_EXAMPLE,
+    "stream_schema": STREAM_SCHEMA,
 }
 CARD_DOC: dict[int | str, dict[str, Any]] = {
     200: {
