@@ -60,6 +60,8 @@ async def _default_version(request: Request) -> str | None:
     except ValueError:
         return None
     method = body.get("method") if isinstance(body, dict) else None
+    if not isinstance(method, str):
+        return None  # the dispatcher refuses it (-32600)
     return PROTOCOL_VERSION_1_0 if method in JsonRpcDispatcher.METHOD_TO_MODEL else None
 
 

@@ -130,6 +130,8 @@ async def test_errors_are_a2a_codes(http: httpx.AsyncClient) -> None:
     assert bad.status_code == 200 and bad.json()["error"]["code"] == -32700
     invalid = await http.post("/a2a", json={"id": 1, "method": "GetTask"}, headers=headers)
     assert invalid.json()["error"]["code"] == -32600
+    not_a_name = await http.post("/a2a", json={"jsonrpc": "2.0", "id": 1, "method": {}})
+    assert not_a_name.json()["error"]["code"] == -32600
     unknown = await http.post(
         "/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "Nope", "params": {}}, headers=headers
     )
