@@ -15012,6 +15012,12 @@ export interface operations {
                      *     }
                      */
                     "application/json": Record<string, never>;
+                    /**
+                     * @example data: {"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_SUBMITTED"}}}}
+                     *
+                     *     data: {"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {"taskId": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_COMPLETED"}}}}
+                     */
+                    "text/event-stream": Record<string, never>;
                 };
             };
             /** @description Malformed request */
@@ -15178,6 +15184,12 @@ export interface operations {
                      *     }
                      */
                     "application/json": Record<string, never>;
+                    /**
+                     * @example data: {"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_SUBMITTED"}}}}
+                     *
+                     *     data: {"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {"taskId": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_COMPLETED"}}}}
+                     */
+                    "text/event-stream": Record<string, never>;
                 };
             };
             /** @description Malformed request */
