@@ -296,6 +296,7 @@ SLOW = (
     "e2e/test_ag_ui_servers.py",
     "e2e/test_ag_ui_node.py",  # Node (the official AG-UI client, CopilotKit) on two replicas
     "e2e/test_mcp_servers.py",  # the MCP server on two replicas, the example against one
+    "e2e/test_a2a_servers.py",
     "e2e/test_concurrent_writers.py",
     "e2e/test_runs.py::test_r4_ten_concurrent_runs_across_two_replicas",
     "e2e/test_http_server.py::test_r3_optimistic_writers_with_expected_seq",

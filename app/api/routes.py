@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute
 
+from app.api.a2a import routes as a2a
 from app.api.admin import routes as admin
 from app.api.ag_ui import connect as ag_ui_connect
 from app.api.ag_ui import routes as ag_ui
@@ -42,6 +43,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     # Before `ag_ui.router`: its `/v1/ag-ui/{agent_name}` would take `connect` and `stop`.
     ag_ui_connect.router,
     ag_ui.router,
+    a2a.router,
     processes.router,
     delegation.router,
     tools.router,

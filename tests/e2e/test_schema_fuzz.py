@@ -72,6 +72,19 @@ include-operation-id = ["createSchedule", "patchSchedule", "listSchedules", "lis
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
                                                      "5xx"]
 
+# A2A: JSON-RPC answers every call with 200, an invalid one with an A2A error in the body
+# (-32700, -32600, -32602, ...), as the protocol says; a blueprint named in the path may not
+# exist (422 unknown_agent, for its card too).
+[[operations]]
+include-operation-id = ["callAgent", "callBlueprintAgent"]
+checks.negative_data_rejection.expected-statuses = ["200", "400", "401", "403", "404", "405",
+                                                    "406", "409", "413", "415", "422", "429",
+                                                    "5xx"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
+                                                     "5xx"]
+[[operations]]
+include-operation-id = ["getBlueprintAgentCard"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422", "5xx"]
 [[operations]]
 include-operation-id = ["saveSession", "restoreSession", "delegateTask"]
 checks.positive_data_acceptance.expected-statuses = [

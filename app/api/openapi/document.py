@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from app.api.a2a.schema import describe_a2a
 from app.api.ag_ui.schema import describe_ag_ui
 from app.api.http.problems import MEDIA_TYPE
 from app.api.openapi.examples import OPERATIONS, PARAMETERS, problem_example
@@ -164,6 +165,7 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
     _describe_recovery_object(schemas)
     _describe_memory_items(schemas)
     describe_ag_ui(document)
+    describe_a2a(document)
     names = {v: k for k, v in RENAMED.items()}
     for path, item in document["paths"].items():
         for operation in item.values():

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.api.a2a.schema import RPC_OPERATION
+
 CREATED = "2026-05-01T12:00:00.000000Z"
 LATER = "2026-05-01T12:00:01.250000Z"
 SID = "demo"
@@ -456,6 +458,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "list_runs": {"responses": {200: {"data": [RUN]}}},
     "run_ag_ui": AG_UI,
     "run_ag_ui_agent": AG_UI,
+    "call_agent": RPC_OPERATION,
+    "call_blueprint_agent": RPC_OPERATION,
     "connect_ag_ui": AG_UI_CONNECT,
     "stop_ag_ui": AG_UI_STOP,
     "get_run": {"responses": {200: RUN}},

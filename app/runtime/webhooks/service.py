@@ -87,8 +87,10 @@ class Webhooks:
         metadata_filter: dict[str, Any] | None = None,
         description: str | None = None,
         idempotency: IdempotencyToken | None = None,
+        secret: str | None = None,
     ) -> WebhookRecord:
-        """A new active subscription with a fresh secret (the only answer that shows it).
+        """A new active subscription with a fresh secret (the only answer that shows it), or
+        with `secret` when the caller chose it (an A2A push config's token, `signing`).
 
         Raises:
             UnsafeWebhookTarget, InvalidWebhook: 422.
@@ -102,7 +104,7 @@ class Webhooks:
             session_id=session_id,
             metadata_filter=check_metadata_filter(metadata_filter),
             description=description,
-            secret=new_secret(),
+            secret=secret or new_secret(),
         )
         if await self.store.count_webhooks(tenant_id) >= self.max_per_tenant:
             raise TooManyWebhooks(self.max_per_tenant)

@@ -707,6 +707,110 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/.well-known/agent-card.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A2A: the default agent's Agent Card (public)
+         * @description The default agent's Agent Card: its JSON-RPC endpoint (`/a2a`), capabilities
+         *     (streaming, push notifications) and the bearer key scheme its calls need.
+         */
+        get: operations["getAgentCard"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/.well-known/agent-card.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A2A: the default agent's Agent Card, under its base URL /a2a (public)
+         * @description The same card as `/.well-known/agent-card.json`, for clients given `/a2a` as base URL.
+         */
+        get: operations["getDefaultAgentCard"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/{agent_name}/.well-known/agent-card.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A2A: a blueprint's Agent Card (public)
+         * @description The Agent Card of blueprint `agent_name`: its base URL is `/a2a/{agent_name}`.
+         */
+        get: operations["getBlueprintAgentCard"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A2A JSON-RPC: the default agent
+         * @description One A2A JSON-RPC 2.0 call (`SendMessage`, `SendStreamingMessage`, `GetTask`,
+         *     `ListTasks`, `CancelTask`, `SubscribeToTask`, the push notification config methods,
+         *     `GetExtendedAgentCard`): a context is a session, a task a run. Streaming methods
+         *     answer with Server-Sent Events, each `data:` one JSON-RPC response.
+         */
+        post: operations["callAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/a2a/{agent_name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A2A JSON-RPC: one agent blueprint
+         * @description Like `POST /a2a`, with new contexts' sessions running blueprint `agent_name`.
+         */
+        post: operations["callBlueprintAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/processes": {
         parameters: {
             query?: never;
@@ -6500,6 +6604,185 @@ export interface components {
             resume?: components["schemas"]["AgUiResumeEntry"][] | null;
         } & {
             [key: string]: unknown;
+        };
+        A2aSendMessageRequest: {
+            /** @example  */
+            tenant?: string;
+            message?: components["schemas"]["A2aMessage"];
+            /** @example null */
+            configuration?: components["schemas"]["A2aSendMessageConfiguration"] | null;
+            metadata?: Record<string, never>;
+        };
+        A2aMessage: {
+            /** @example message_id */
+            message_id?: string;
+            /** @example  */
+            context_id?: string;
+            /** @example  */
+            task_id?: string;
+            /**
+             * @example ROLE_USER
+             * @enum {string}
+             */
+            role?: "ROLE_UNSPECIFIED" | "ROLE_USER" | "ROLE_AGENT";
+            /**
+             * @example [
+             *       {
+             *         "text": ""
+             *       }
+             *     ]
+             */
+            parts?: components["schemas"]["A2aPart"][];
+            metadata?: Record<string, never>;
+            /**
+             * @example [
+             *       ""
+             *     ]
+             */
+            extensions?: string[];
+            /**
+             * @example [
+             *       ""
+             *     ]
+             */
+            reference_task_ids?: string[];
+        };
+        /**
+         * @example {
+         *       "text": ""
+         *     }
+         */
+        A2aPart: {
+            metadata?: Record<string, never>;
+            /** @example  */
+            filename?: string;
+            /** @example  */
+            media_type?: string;
+        } & ({
+            /** @example  */
+            text: string;
+        } | {
+            /** Format: byte */
+            raw: string;
+        } | {
+            /** @example  */
+            url: string;
+        } | {
+            data: unknown;
+        });
+        A2aSendMessageConfiguration: {
+            /**
+             * @example [
+             *       ""
+             *     ]
+             */
+            accepted_output_modes?: string[];
+            /** @example null */
+            task_push_notification_config?: components["schemas"]["A2aTaskPushNotificationConfig"] | null;
+            /** Format: int32 */
+            history_length?: number;
+            /** @example false */
+            return_immediately?: boolean;
+        };
+        A2aTaskPushNotificationConfig: {
+            /** @example  */
+            tenant?: string;
+            /** @example  */
+            id?: string;
+            /** @example  */
+            task_id?: string;
+            /** @example url */
+            url?: string;
+            /** @example  */
+            token?: string;
+            /** @example null */
+            authentication?: components["schemas"]["A2aAuthenticationInfo"] | null;
+        };
+        A2aAuthenticationInfo: {
+            /** @example scheme */
+            scheme?: string;
+            /** @example  */
+            credentials?: string;
+        };
+        A2aGetTaskRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example id */
+            id?: string;
+            /** Format: int32 */
+            history_length?: number;
+        };
+        A2aListTasksRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example  */
+            context_id?: string;
+            /**
+             * @example TASK_STATE_SUBMITTED
+             * @enum {string}
+             */
+            status?: "TASK_STATE_UNSPECIFIED" | "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING" | "TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_REJECTED" | "TASK_STATE_AUTH_REQUIRED";
+            /** Format: int32 */
+            page_size?: number;
+            /** @example  */
+            page_token?: string;
+            /** Format: int32 */
+            history_length?: number;
+            /** Format: date-time */
+            status_timestamp_after?: string;
+            /** @example false */
+            include_artifacts?: boolean;
+        };
+        A2aCancelTaskRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example id */
+            id?: string;
+            metadata?: Record<string, never>;
+        };
+        A2aGetTaskPushNotificationConfigRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example task_id */
+            task_id?: string;
+            /** @example id */
+            id?: string;
+        };
+        A2aListTaskPushNotificationConfigsRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example task_id */
+            task_id?: string;
+            /** Format: int32 */
+            page_size?: number;
+            /** @example  */
+            page_token?: string;
+        };
+        A2aDeleteTaskPushNotificationConfigRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example task_id */
+            task_id?: string;
+            /** @example id */
+            id?: string;
+        };
+        A2aSubscribeToTaskRequest: {
+            /** @example  */
+            tenant?: string;
+            /** @example id */
+            id?: string;
+        };
+        A2aGetExtendedAgentCardRequest: {
+            /** @example  */
+            tenant?: string;
+        };
+        A2aA2ARequest: {
+            /** @enum {string} */
+            jsonrpc: "2.0";
+            id?: string | number | null;
+            /** @enum {string} */
+            method: "SendMessage" | "SendStreamingMessage" | "GetTask" | "ListTasks" | "CancelTask" | "CreateTaskPushNotificationConfig" | "GetTaskPushNotificationConfig" | "ListTaskPushNotificationConfigs" | "DeleteTaskPushNotificationConfig" | "SubscribeToTask" | "GetExtendedAgentCard";
+            params?: components["schemas"]["A2aSendMessageRequest"] | components["schemas"]["A2aGetTaskRequest"] | components["schemas"]["A2aListTasksRequest"] | components["schemas"]["A2aCancelTaskRequest"] | components["schemas"]["A2aTaskPushNotificationConfig"] | components["schemas"]["A2aGetTaskPushNotificationConfigRequest"] | components["schemas"]["A2aListTaskPushNotificationConfigsRequest"] | components["schemas"]["A2aDeleteTaskPushNotificationConfigRequest"] | components["schemas"]["A2aSubscribeToTaskRequest"] | components["schemas"]["A2aGetExtendedAgentCardRequest"];
         };
         /**
          * ApprovalDecidedDelivery
@@ -15264,6 +15547,658 @@ export interface operations {
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
                      *       "instance": "/v1/ag-ui/{agent_name}",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getAgentCard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An A2A Agent Card */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "Agent Session Runtime",
+                     *       "description": "The default agent of this Agent Session Runtime.",
+                     *       "version": "0.1.0",
+                     *       "supportedInterfaces": [
+                     *         {
+                     *           "url": "https://asr.example.com/a2a",
+                     *           "protocolBinding": "JSONRPC",
+                     *           "protocolVersion": "1.0"
+                     *         }
+                     *       ],
+                     *       "capabilities": {
+                     *         "streaming": true,
+                     *         "pushNotifications": true,
+                     *         "extendedAgentCard": true
+                     *       },
+                     *       "securitySchemes": {
+                     *         "bearer": {
+                     *           "httpAuthSecurityScheme": {
+                     *             "scheme": "Bearer"
+                     *           }
+                     *         }
+                     *       },
+                     *       "securityRequirements": [
+                     *         {
+                     *           "schemes": {
+                     *             "bearer": {}
+                     *           }
+                     *         }
+                     *       ],
+                     *       "defaultInputModes": [
+                     *         "text/plain",
+                     *         "application/json"
+                     *       ],
+                     *       "defaultOutputModes": [
+                     *         "text/plain",
+                     *         "application/json"
+                     *       ],
+                     *       "skills": [
+                     *         {
+                     *           "id": "chat",
+                     *           "name": "Chat",
+                     *           "description": "Answers a message.",
+                     *           "tags": [
+                     *             "chat"
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                };
+            };
+        };
+    };
+    getDefaultAgentCard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An A2A Agent Card */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "Agent Session Runtime",
+                     *       "description": "The default agent of this Agent Session Runtime.",
+                     *       "version": "0.1.0",
+                     *       "supportedInterfaces": [
+                     *         {
+                     *           "url": "https://asr.example.com/a2a",
+                     *           "protocolBinding": "JSONRPC",
+                     *           "protocolVersion": "1.0"
+                     *         }
+                     *       ],
+                     *       "capabilities": {
+                     *         "streaming": true,
+                     *         "pushNotifications": true,
+                     *         "extendedAgentCard": true
+                     *       },
+                     *       "securitySchemes": {
+                     *         "bearer": {
+                     *           "httpAuthSecurityScheme": {
+                     *             "scheme": "Bearer"
+                     *           }
+                     *         }
+                     *       },
+                     *       "securityRequirements": [
+                     *         {
+                     *           "schemes": {
+                     *             "bearer": {}
+                     *           }
+                     *         }
+                     *       ],
+                     *       "defaultInputModes": [
+                     *         "text/plain",
+                     *         "application/json"
+                     *       ],
+                     *       "defaultOutputModes": [
+                     *         "text/plain",
+                     *         "application/json"
+                     *       ],
+                     *       "skills": [
+                     *         {
+                     *           "id": "chat",
+                     *           "name": "Chat",
+                     *           "description": "Answers a message.",
+                     *           "tags": [
+                     *             "chat"
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                };
+            };
+        };
+    };
+    getBlueprintAgentCard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An A2A Agent Card */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "Agent Session Runtime",
+                     *       "description": "The default agent of this Agent Session Runtime.",
+                     *       "version": "0.1.0",
+                     *       "supportedInterfaces": [
+                     *         {
+                     *           "url": "https://asr.example.com/a2a",
+                     *           "protocolBinding": "JSONRPC",
+                     *           "protocolVersion": "1.0"
+                     *         }
+                     *       ],
+                     *       "capabilities": {
+                     *         "streaming": true,
+                     *         "pushNotifications": true,
+                     *         "extendedAgentCard": true
+                     *       },
+                     *       "securitySchemes": {
+                     *         "bearer": {
+                     *           "httpAuthSecurityScheme": {
+                     *             "scheme": "Bearer"
+                     *           }
+                     *         }
+                     *       },
+                     *       "securityRequirements": [
+                     *         {
+                     *           "schemes": {
+                     *             "bearer": {}
+                     *           }
+                     *         }
+                     *       ],
+                     *       "defaultInputModes": [
+                     *         "text/plain",
+                     *         "application/json"
+                     *       ],
+                     *       "defaultOutputModes": [
+                     *         "text/plain",
+                     *         "application/json"
+                     *       ],
+                     *       "skills": [
+                     *         {
+                     *           "id": "chat",
+                     *           "name": "Chat",
+                     *           "description": "Answers a message.",
+                     *           "tags": [
+                     *             "chat"
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/a2a/{agent_name}/.well-known/agent-card.json",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/a2a/{agent_name}/.well-known/agent-card.json",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/a2a/{agent_name}/.well-known/agent-card.json",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/a2a/{agent_name}/.well-known/agent-card.json",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/a2a/{agent_name}/.well-known/agent-card.json",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description An A2A JSON-RPC 2.0 request (A2A spec 1.0; send `A2A-Version: 1.0`). */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "jsonrpc": "2.0",
+                 *       "id": 1,
+                 *       "method": "SendMessage",
+                 *       "params": {
+                 *         "message": {
+                 *           "messageId": "m-1",
+                 *           "role": "ROLE_USER",
+                 *           "parts": [
+                 *             {
+                 *               "text": "hello"
+                 *             }
+                 *           ]
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["A2aA2ARequest"];
+            };
+        };
+        responses: {
+            /** @description A JSON-RPC response: a result, or an A2A error such as -32001 (task not found). SendStreamingMessage and SubscribeToTask answer with Server-Sent Events (`text/event-stream`) instead, each `data:` one JSON-RPC response whose result is a Task, a status update or an artifact update. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "jsonrpc": "2.0",
+                     *       "id": 1,
+                     *       "result": {
+                     *         "task": {
+                     *           "id": "run_01HZX3J8Q3V2C7",
+                     *           "contextId": "demo",
+                     *           "status": {
+                     *             "state": "TASK_STATE_COMPLETED"
+                     *           },
+                     *           "artifacts": [
+                     *             {
+                     *               "artifactId": "answer-run_01HZX3J8Q3V2C7",
+                     *               "name": "answer",
+                     *               "parts": [
+                     *                 {
+                     *                   "text": "echo: hello"
+                     *                 }
+                     *               ]
+                     *             }
+                     *           ]
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                    /**
+                     * @example data: {"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_SUBMITTED"}}}}
+                     *
+                     *     data: {"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {"taskId": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_COMPLETED"}}}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/a2a",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/a2a",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/a2a",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/a2a",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/a2a",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    callBlueprintAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_name: string;
+            };
+            cookie?: never;
+        };
+        /** @description An A2A JSON-RPC 2.0 request (A2A spec 1.0; send `A2A-Version: 1.0`). */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "jsonrpc": "2.0",
+                 *       "id": 1,
+                 *       "method": "SendMessage",
+                 *       "params": {
+                 *         "message": {
+                 *           "messageId": "m-1",
+                 *           "role": "ROLE_USER",
+                 *           "parts": [
+                 *             {
+                 *               "text": "hello"
+                 *             }
+                 *           ]
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["A2aA2ARequest"];
+            };
+        };
+        responses: {
+            /** @description A JSON-RPC response: a result, or an A2A error such as -32001 (task not found). SendStreamingMessage and SubscribeToTask answer with Server-Sent Events (`text/event-stream`) instead, each `data:` one JSON-RPC response whose result is a Task, a status update or an artifact update. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "jsonrpc": "2.0",
+                     *       "id": 1,
+                     *       "result": {
+                     *         "task": {
+                     *           "id": "run_01HZX3J8Q3V2C7",
+                     *           "contextId": "demo",
+                     *           "status": {
+                     *             "state": "TASK_STATE_COMPLETED"
+                     *           },
+                     *           "artifacts": [
+                     *             {
+                     *               "artifactId": "answer-run_01HZX3J8Q3V2C7",
+                     *               "name": "answer",
+                     *               "parts": [
+                     *                 {
+                     *                   "text": "echo: hello"
+                     *                 }
+                     *               ]
+                     *             }
+                     *           ]
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                    /**
+                     * @example data: {"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_SUBMITTED"}}}}
+                     *
+                     *     data: {"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {"taskId": "run_01HZX3J8Q3V2C7", "contextId": "demo", "status": {"state": "TASK_STATE_COMPLETED"}}}}
+                     */
+                    "text/event-stream": Record<string, never>;
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/a2a/{agent_name}",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/a2a/{agent_name}",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/a2a/{agent_name}",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/a2a/{agent_name}",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/a2a/{agent_name}",
                      *       "code": "database_unavailable"
                      *     }
                      */
