@@ -260,6 +260,24 @@ class SessionClient:
                 if line:
                     yield ndjson_line(line)
 
+    def export_sessions(
+        self, *, cursor: str | None = None, limit: int | None = None
+    ) -> Iterator[JSON]:
+        """Every session of the tenant with its ledger (JSON Lines), one parsed line at a
+        time: a `session` line, its `event` lines and a `cursor` line per session, an `end`
+        line last. Cut off, call again with the last `cursor` line's value."""
+        params = {k: v for k, v in {"cursor": cursor, "limit": limit}.items() if v is not None}
+        headers = {"Accept": "application/x-ndjson"}
+        with self._http.stream(
+            "GET", "/v1/export/sessions", params=params, headers=headers
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise_for_problem(response)
+            for line in response.iter_lines():
+                if line:
+                    yield ndjson_line(line)
+
     def get_state(self, session_id: str) -> StateRead:
         """The recovery object (what `restore` accepts); its `version` is the ETag."""
         return self._send(Call("GET", _s(session_id) + "/state", StateRead))
