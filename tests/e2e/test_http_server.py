@@ -123,6 +123,11 @@ VALID_BODIES = {
     "/delegate": {"input": "x"},
     "/processes": {"command": "true"},
 }
+# Where one path takes different bodies by method.
+VALID_BODIES_BY_METHOD = {
+    ("PATCH", "/shared-state"): [{"op": "add", "path": "/k", "value": 1}],
+    ("PUT", "/shared-state"): {"k": 1},
+}
 
 
 async def test_r16_every_session_route_is_404_for_another_tenant(
@@ -140,7 +145,10 @@ async def test_r16_every_session_route_is_404_for_another_tenant(
             path = template.replace("{session_id}", sid)
             path = re.sub(r"\{[a-z_]+\}", "x", path)
             suffix = template.removeprefix("/v1/sessions/{session_id}")
-            body = VALID_BODIES.get(suffix, {}) if method in ("POST", "PATCH") else None
+            body = VALID_BODIES_BY_METHOD.get(
+                (method, suffix),
+                VALID_BODIES.get(suffix, {}) if method in ("POST", "PATCH") else None,
+            )
             response = await other.request(method, path, json=body)
             assert response.status_code == 404, (method, template, response.text)
             assert response.json()["code"] == "session_not_found"
