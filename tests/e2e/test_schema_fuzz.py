@@ -72,6 +72,21 @@ include-operation-id = ["createSchedule", "patchSchedule", "listSchedules", "lis
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
                                                      "5xx"]
 
+# Shared state: If-Match names a version the fuzzer cannot know (412), and a JSON Patch valid
+# by the schema may `test` a value the state does not hold or address a path it lacks (422
+# invalid_patch: RFC 6902's own refusals, facts of the stored state).
+[[operations]]
+include-operation-id = ["patchSharedState", "putSharedState"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "412", "413",
+                                                     "422", "429", "5xx"]
+
+# The bulk export's `cursor` and AG-UI connect's `Last-Event-ID` are tokens the service
+# issued (422 for one it did not).
+[[operations]]
+include-operation-id = ["exportSessions", "connectAgUi"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
+                                                     "5xx"]
+
 # A2A: JSON-RPC answers every call with 200, an invalid one with an A2A error in the body
 # (-32700, -32600, -32602, ...), as the protocol says; a blueprint named in the path may not
 # exist (422 unknown_agent, for its card too).

@@ -15,6 +15,7 @@ The SDK's JSON-RPC dispatcher parses the envelope and answers with A2A's error c
 from __future__ import annotations
 
 import json
+import logging
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -34,6 +35,25 @@ from app.runtime.access.accounts import Principal
 from app.services import Services
 
 router = APIRouter(tags=["a2a"])
+
+# Messages the SDK's dispatcher logs with a traceback for a caller's malformed request: the
+# caller gets its -32600 / -32602 answer, so the server's log needs the line, not the trace
+# (a trace in our logs means a fault of ours).
+_CLIENT_ERRORS = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
+
+
+class _ClientErrorsWithoutTraceback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in _CLIENT_ERRORS:
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+logging.getLogger("a2a.server.routes.jsonrpc_dispatcher").addFilter(
+    _ClientErrorsWithoutTraceback()
+)
 
 
 class _CallContext(DefaultServerCallContextBuilder):

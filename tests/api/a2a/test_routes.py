@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
@@ -243,3 +244,19 @@ async def test_a_question_is_answered_by_the_next_message(http: httpx.AsyncClien
         asked.task.history[0].message_id,
         reply.message.message_id,
     ]
+
+
+async def test_a_callers_malformed_request_leaves_no_traceback_in_the_log(
+    http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller gets -32600/-32602; a traceback in our log would claim a fault of ours."""
+    headers = {"A2A-Version": "1.0"}
+    with caplog.at_level(logging.INFO, logger="a2a"):
+        extra = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}, "bogus": 1}
+        answered = await http.post("/a2a", json=extra, headers=headers)
+        assert answered.json()["error"]["code"] == -32600
+        params = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": {"x": 1}}}
+        answered = await http.post("/a2a", json=params, headers=headers)
+        assert answered.json()["error"]["code"] == -32602
+    dispatcher = [r for r in caplog.records if r.name.startswith("a2a.server.routes")]
+    assert dispatcher and all(r.exc_info is None for r in dispatcher)
