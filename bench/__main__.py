@@ -37,6 +37,7 @@ BENCHES = (
     "delta_fanout",
     "scale",
     "erase_tenant",
+    "inflight",
 )
 
 # (figure name prefix, check on the figure, the target as text) — PostgreSQL only.
@@ -58,6 +59,8 @@ TARGETS: list[tuple[str, str]] = [
     ("sse_fanout_500", "p99 < 100 ms"),
     ("cancel_cross_replica", "p99 < 1 s (cancel on B -> waiting client on A released)"),
     ("delta_fanout", "remote p99 < 100 ms, 0 deltas missing or out of order"),
+    ("inflight_wait_1000ms_100", ">= 90 runs/s, p99 <= 1.5 s, <= 5 ms server CPU per run"),
+    ("inflight_stream_100", "ratio >= 0.95, cpu_ratio <= 1.5"),
     ("scale_append_seq", "within 1.5x of the small table"),
     ("scale_load_state_100000", "within 1.5x of the small table"),
 ]
@@ -137,6 +140,10 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 add(await delta_fanout_figures(url, sizes, log))
             if "scale" in only:
                 add(await bench.scale(small))
+            if "inflight" in only:
+                from bench.inflight import inflight
+
+                add(await inflight(url, sizes, log, workdir))
             if "erase_tenant" in only:
                 from bench.erasure_bench import erase_tenant_figure
 

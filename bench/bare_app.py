@@ -4,13 +4,20 @@ process, same loop and HTTP parser choice, no access log).
     python -m bench.bare_app PORT
         a bare FastAPI POST endpoint returning a constant: the HTTP stack's own limit.
     python -m bench.bare_app PORT --writes DATABASE_URL --tenant TENANT_ID --events FILE
+            [--model-ms MS]
         a bare FastAPI handler at `POST /v1/sessions/{session_id}/runs` that makes exactly
         the writes a wait-mode echo run makes, through the bare driver: the real limit of
         a run, which must commit three times (its start, its request step, its response
         with its end). On PostgreSQL the same three stored functions the store calls
         (asyncpg); on SQLite the same statements the store sends (aiosqlite, one writer,
         BEGIN IMMEDIATE, the same pragmas). No auth, no idempotency record, no state fold,
-        no NOTIFY, no cache: what is left is what a run has to pay.
+        no NOTIFY, no cache: what is left is what a run has to pay. With `--model-ms`, the
+        handler sleeps that long between the request step and the response, where a real
+        run waits on its model (the in-flight benchmark's baseline).
+    python -m bench.bare_app PORT --frames FILE
+        a bare Starlette `StreamingResponse` at `POST /sse` writing the frames a real
+        streamed run sent (recorded in FILE with the model's pace), sleeping the pace
+        before each delta frame after the first: the floor for streaming in Python.
 
 `FILE` holds the three event batches a real echo run wrote (types, turn ids and payload
 JSON, taken from the service in the same benchmark run), so the rows are the real ones.
@@ -31,6 +38,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 # The placeholder for the run's id in the recorded batches' JSON.
 RUN = "@RUN@"
@@ -100,8 +108,11 @@ _PG_STEP = (
 class PgWrites:
     """The three stored-function calls of an echo run, each on a pooled connection."""
 
-    def __init__(self, url: str, tenant: str, batches: Batches, pool_size: int) -> None:
+    def __init__(
+        self, url: str, tenant: str, batches: Batches, pool_size: int, model_ms: int = 0
+    ) -> None:
         self.url, self.tenant, self.batches, self.pool_size = url, tenant, batches, pool_size
+        self.model_seconds = model_ms / 1000
         self.pool: Any = None
 
     async def open(self) -> None:
@@ -129,6 +140,8 @@ class PgWrites:
                 _PG_STEP, t, session_id, run_id, 1, now, now + LEASE, 1, json.dumps(b.usage),
                 False, None, None, None, None, b.json_array(1, run_id),
             )  # fmt: skip
+        if self.model_seconds:
+            await asyncio.sleep(self.model_seconds)
         now = datetime.now(UTC)
         async with self.pool.acquire() as c:
             row = await c.fetchrow(
@@ -182,9 +195,10 @@ class SqliteWrites:
     """The same statements the SQLite store sends for an echo run, on one writer
     connection (the store's writers queue on one lock too)."""
 
-    def __init__(self, url: str, tenant: str, batches: Batches) -> None:
+    def __init__(self, url: str, tenant: str, batches: Batches, model_ms: int = 0) -> None:
         self.path = url.split("///", 1)[1]
         self.tenant, self.batches = tenant, batches
+        self.model_seconds = model_ms / 1000
         self.lock = asyncio.Lock()
         self.db: Any = None
 
@@ -263,18 +277,22 @@ class SqliteWrites:
 
         await self._write(start)
         await self._write(lambda: step(1, False))
+        if self.model_seconds:
+            await asyncio.sleep(self.model_seconds)
         last = await self._write(lambda: step(2, True))
         return {"run_id": run_id, "session_id": session_id, "status": "finished",
                 "output": b.output, "last_seq": last}  # fmt: skip
 
 
-def writes_app(url: str, tenant: str, events: Path, pool_size: int) -> FastAPI:
+def writes_app(
+    url: str, tenant: str, events: Path, pool_size: int, model_ms: int = 0
+) -> FastAPI:
     """The same-writes baseline app (see the module docstring)."""
     batches = Batches(events)
     writes: PgWrites | SqliteWrites = (
-        SqliteWrites(url, tenant, batches)
+        SqliteWrites(url, tenant, batches, model_ms)
         if url.startswith("sqlite")
-        else PgWrites(url, tenant, batches, pool_size)
+        else PgWrites(url, tenant, batches, pool_size, model_ms)
     )
 
     @asynccontextmanager
@@ -299,6 +317,33 @@ def writes_app(url: str, tenant: str, events: Path, pool_size: int) -> FastAPI:
     return bare
 
 
+def frames_app(path: Path) -> FastAPI:
+    """The bare SSE baseline app (see the module docstring)."""
+    doc = json.loads(path.read_text())
+    frames = [(f.encode(), f.startswith("event: delta")) for f in doc["frames"]]
+    pace = doc["pace_ms"] / 1000
+    bare = FastAPI()
+
+    async def body() -> AsyncIterator[bytes]:
+        first = True
+        for frame, delta in frames:
+            if delta:
+                if not first:
+                    await asyncio.sleep(pace)
+                first = False
+            yield frame
+
+    @bare.post("/sse")
+    async def sse() -> StreamingResponse:
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    @bare.post("/run")
+    async def ready() -> dict[str, str]:
+        return {"status": "ready"}
+
+    return bare
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.bare_app")
     parser.add_argument("port", type=int)
@@ -306,10 +351,14 @@ def main() -> None:
     parser.add_argument("--tenant", default=None)
     parser.add_argument("--events", type=Path, default=None)
     parser.add_argument("--pool-size", type=int, default=72)
+    parser.add_argument("--model-ms", type=int, default=0, help="the model's latency (--writes)")
+    parser.add_argument("--frames", type=Path, default=None, help="recorded SSE frames (JSON)")
     args = parser.parse_args()
     served = app
     if args.writes:
-        served = writes_app(args.writes, args.tenant, args.events, args.pool_size)
+        served = writes_app(args.writes, args.tenant, args.events, args.pool_size, args.model_ms)
+    elif args.frames:
+        served = frames_app(args.frames)
     uvicorn.run(served, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 
 

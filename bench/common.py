@@ -66,6 +66,12 @@ class Sizes:
     scale_events: int = 1_000_000
     scale_sessions: int = 10_000
     tenant_sessions: int = 10_000
+    # (model latency in ms, runs in flight) for wait mode; (deltas, pace in ms, runs in
+    # flight) for stream mode; the measured window (at least 3 model latencies).
+    inflight_wait: tuple[tuple[int, int], ...] = ((1000, 100), (1000, 300), (10000, 100),
+                                                  (10000, 300))  # fmt: skip
+    inflight_stream: tuple[tuple[int, int, int], ...] = ((200, 20, 25), (200, 20, 100))
+    inflight_seconds: float = 15.0
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -92,6 +98,9 @@ class Sizes:
             scale_events=20_000,
             scale_sessions=200,
             tenant_sessions=200,
+            inflight_wait=((200, 8),),
+            inflight_stream=((10, 10, 4),),
+            inflight_seconds=1.0,
         )
 
 

@@ -1,5 +1,7 @@
 -- wrk script for bench/http_run.py. Environment:
---   ASR_BENCH_MODE      "runs" (POST a wait-mode run) or "bare" (POST /run)
+--   ASR_BENCH_MODE      "runs" (POST a wait-mode run) or "bare" (POST ASR_BENCH_BARE_PATH)
+--   ASR_BENCH_BARE_PATH the bare mode's path (default /run)
+--   ASR_BENCH_INPUT     the run's input (default "hello"; no quotes or backslashes)
 --   ASR_BENCH_SESSIONS  file of session ids, one a line (runs mode)
 --   ASR_BENCH_KEY       API key (runs mode)
 --   ASR_BENCH_THREADS   wrk's -t
@@ -18,7 +20,9 @@ end
 
 local mode = os.getenv("ASR_BENCH_MODE") or "bare"
 local queue, head, tail, last = {}, 1, 0, nil
-local body = '{"input": "hello", "mode": "' .. (os.getenv("ASR_BENCH_RUN_MODE") or "wait") .. '"}'
+local bare_path = os.getenv("ASR_BENCH_BARE_PATH") or "/run"
+local body = '{"input": "' .. (os.getenv("ASR_BENCH_INPUT") or "hello") .. '", "mode": "' ..
+  (os.getenv("ASR_BENCH_RUN_MODE") or "wait") .. '"}'
 
 function init(args)
   wrk.headers["Content-Type"] = "application/json"
@@ -37,7 +41,7 @@ end
 
 function request()
   if mode ~= "runs" then
-    return wrk.format("POST", "/run", nil, body)
+    return wrk.format("POST", bare_path, nil, body)
   end
   local sid = queue[head]
   if sid ~= nil then
