@@ -284,9 +284,7 @@ class SqliteWrites:
                 "output": b.output, "last_seq": last}  # fmt: skip
 
 
-def writes_app(
-    url: str, tenant: str, events: Path, pool_size: int, model_ms: int = 0
-) -> FastAPI:
+def writes_app(url: str, tenant: str, events: Path, pool_size: int, model_ms: int = 0) -> FastAPI:
     """The same-writes baseline app (see the module docstring)."""
     batches = Batches(events)
     writes: PgWrites | SqliteWrites = (

@@ -69,7 +69,7 @@ async def _wrk(
     clients: int,
     env: dict[str, str],
     threads: int = 2,
-    timeout: float = 10.0,
+    patience: float = 10.0,
 ) -> dict[str, Any]:
     threads = min(threads, clients)
     proc = await asyncio.create_subprocess_exec(
@@ -78,7 +78,7 @@ async def _wrk(
         f"-c{clients}",
         f"-d{max(1, round(seconds))}s",
         "--timeout",
-        f"{max(1, round(timeout))}s",
+        f"{max(1, round(patience))}s",
         "-s",
         str(LUA),
         url,
@@ -86,7 +86,7 @@ async def _wrk(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=seconds + timeout + 60)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=seconds + patience + 60)
     text = out.decode()
     for line in text.splitlines():
         if line.startswith("WRK_JSON "):
