@@ -142,23 +142,23 @@ async def inflight(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
             session_file = workdir / "inflight-sessions.txt"
 
             async def phase(
-                target: Server, clients: int, seconds: float, patience: float, env: dict[str, str]
+                target: Server, clients: int, seconds: float, run_s: float, env: dict[str, str]
             ) -> dict[str, Any]:
-                """One wrk window on `target`; `patience` is how long a run may take."""
+                """One wrk window on `target`, whose runs take `run_s` seconds each."""
                 if env.get("ASR_BENCH_MODE") == "runs":
                     ids = await _sessions(h, clients * 2, None)
                     await asyncio.to_thread(session_file.write_text, "\n".join(ids) + "\n")
                 await vacuum(url)
                 cpu = cpu_seconds(target.process.pid)
                 async with ConnectionsInUse(url) as pool:
-                    stats = await _wrk(target.base_url, seconds, clients, env, patience=patience)
+                    stats = await _wrk(target.base_url, seconds, clients, env, patience=run_s + 30)
                 ok = max(1, stats["requests"] - stats["status_errors"])
                 stats["cpu_ms_per_run"] = (cpu_seconds(target.process.pid) - cpu) * 1000 / ok
                 stats["peak_rss_mb"] = round(peak_rss_mb(target.process.pid), 1)
                 stats["db_connections_busy_peak"] = pool.peak
                 stats["db_connections_opened_peak"] = pool.opened
                 # Runs that wrk cut off at the end of its window finish before the next phase.
-                await asyncio.sleep(patience / 4)
+                await asyncio.sleep(run_s + 1)
                 return stats
 
             runs_env = {"ASR_BENCH_KEY": key, "ASR_BENCH_MODE": "runs",
@@ -171,15 +171,15 @@ async def inflight(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
                     *("--model-ms", str(model_ms), "--pool-size", "20"),
                 )
                 seconds = max(sizes.inflight_seconds, 3 * model_ms / 1000)
-                patience = model_ms / 1000 + 30
+                run_s = model_ms / 1000
                 wait_env = {**runs_env, "ASR_BENCH_RUN_MODE": "wait",
                             "ASR_BENCH_INPUT": f"[sleep:{model_ms}] hello"}  # fmt: skip
                 ours: list[dict[str, Any]] = []
                 base: list[dict[str, Any]] = []
-                await phase(server, clients, sizes.http_warmup_seconds, patience, wait_env)
+                await phase(server, clients, sizes.http_warmup_seconds, run_s, wait_env)
                 for rep in range(sizes.repeats):
-                    ours.append(await phase(server, clients, seconds, patience, wait_env))
-                    base.append(await phase(bare, clients, seconds, patience, wait_env))
+                    ours.append(await phase(server, clients, seconds, run_s, wait_env))
+                    base.append(await phase(bare, clients, seconds, run_s, wait_env))
                     log(f"  inflight wait {model_ms} ms x {clients} rep {rep}: "
                         f"{_brief(ours[-1])} | bare {_brief(base[-1])}")  # fmt: skip
                 await asyncio.to_thread(stop_server, servers.pop(f"bare-{model_ms}"))
@@ -203,15 +203,15 @@ async def inflight(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
                 bare = servers["bare-sse"] = await asyncio.to_thread(
                     start_bare, workdir / "inflight-bare-sse.log", "--frames", str(frames)
                 )
-                patience = deltas * pace_ms / 1000 + 30
+                run_s = deltas * pace_ms / 1000
                 stream_env = {**runs_env, "ASR_BENCH_RUN_MODE": "stream", "ASR_BENCH_INPUT": text}
                 bare_env = {"ASR_BENCH_MODE": "bare", "ASR_BENCH_BARE_PATH": "/sse"}
                 ours, base = [], []
-                await phase(server, clients, sizes.http_warmup_seconds, patience, stream_env)
+                await phase(server, clients, sizes.http_warmup_seconds, run_s, stream_env)
                 for rep in range(sizes.repeats):
-                    ours.append(await phase(server, clients, sizes.inflight_seconds, patience,
+                    ours.append(await phase(server, clients, sizes.inflight_seconds, run_s,
                                             stream_env))  # fmt: skip
-                    base.append(await phase(bare, clients, sizes.inflight_seconds, patience,
+                    base.append(await phase(bare, clients, sizes.inflight_seconds, run_s,
                                             bare_env))  # fmt: skip
                     log(f"  inflight stream {deltas}x{pace_ms} ms x {clients} rep {rep}: "
                         f"{_brief(ours[-1])} | bare {_brief(base[-1])}")  # fmt: skip
