@@ -144,3 +144,49 @@ async def test_a_config_gets_its_task_in_a2a_format_and_nothing_of_other_tasks(
     assert sorted(d["status"] for d in log) == ["delivered", "delivered"], log
     hook = (await http.get(f"/v1/webhooks/{config.id}")).json()
     assert "tok-1" not in str(hook) and "cred-1" not in str(hook)
+
+
+async def test_a_replica_without_the_renderer_sends_nothing_and_retries(
+    push_app: object, http: httpx.AsyncClient, receiver: tuple[Receiver, str]
+) -> None:
+    """A deliverer that does not know the `a2a` format (an older replica mid-deploy) sends
+    no envelope of its own in its place: the delivery stays pending for one that does."""
+    rx, url = receiver
+    client = await create_client(BASE, ClientConfig(httpx_client=http, streaming=False))
+    request = text("hi")
+    push = request.configuration.task_push_notification_config
+    push.url, push.token = url + "/a2a-hook", "tok-2"
+    [reply] = [r async for r in client.send_message(request)]
+    [config] = (
+        await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=reply.task.id)
+        )
+    ).configs
+    services = services_of(push_app)  # type: ignore[arg-type]
+    older = Deliverer(
+        services.stores.webhooks,
+        owner=f"test-{uuid.uuid4().hex[:6]}",
+        targets=TargetPolicy(parse_networks(ALLOW)),
+        policy=DeliveryPolicy(timeout_seconds=5.0),
+    )
+    try:
+        for _ in range(50):
+            await older.run_once()
+            log = (await http.get(f"/v1/webhooks/{config.id}/deliveries")).json()["data"]
+            if log and log[0]["attempts"]:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await older.stop(grace_seconds=1)
+    [delivery] = log
+    assert delivery["status"] == "pending" and "no renderer" in delivery["last_error"]
+    assert rx.snapshot() == []
+    # A replica that knows the format sends it (redelivered now, not after the backoff).
+    await http.post(f"/v1/webhooks/{config.id}/deliveries/{delivery['delivery_id']}/redeliver")
+    d = a2a_deliverer(push_app)
+    try:
+        await drain(d, rx, 1)
+    finally:
+        await d.stop(grace_seconds=1)
+    [got] = rx.snapshot()
+    assert json_format.Parse(got.body, StreamResponse()).task.id == reply.task.id
