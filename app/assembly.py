@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +52,7 @@ from app.runtime.tools.registry import ToolContext, ToolRegistry
 from app.runtime.tools.shared_state import UPDATE_STATE, update_state_tool
 from app.runtime.tools.shell import SHELL, shell_tool
 from app.runtime.tools.workspace import ProcessPolicy, split_names, workspace_dir, workspace_name
-from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy
+from app.runtime.webhooks.delivery import Deliverer, DeliveryPolicy, Renderer
 from app.runtime.webhooks.service import Webhooks
 from app.runtime.webhooks.targets import TargetPolicy, parse_networks
 from app.services import Services
@@ -66,12 +66,21 @@ __all__ = ["build_models", "known_tool_names", "open_services", "runtime_over"]
 
 log = logging.getLogger("app")
 
+# The delivery formats an API adds to the webhook deliverer (`app.main` passes the A2A push
+# notifications'), built over the runtime and the runs once they exist.
+RendererFactory = Callable[[SessionRuntime, RunManager], Mapping[str, Renderer]]
+
 
 @asynccontextmanager
 async def open_services(
-    settings: Settings, *, metrics: Metrics | None, shutdown_event: asyncio.Event
+    settings: Settings,
+    *,
+    metrics: Metrics | None,
+    shutdown_event: asyncio.Event,
+    renderers: RendererFactory | None = None,
 ) -> AsyncIterator[Services]:
-    """Every service of the app, started in order and stopped in reverse (module docstring)."""
+    """Every service of the app, started in order and stopped in reverse (module docstring);
+    `renderers` gives the webhook deliverer the delivery formats beyond the standard one."""
     async with AsyncExitStack() as stack:
         config = read_config(settings)
         redactor = Redactor(settings.redact_patterns)
@@ -91,8 +100,9 @@ async def open_services(
             metrics=metrics,
         )  # fmt: skip
         webhooks, deliverer = enter_webhooks(
-            stack, settings, stores, owner=runs.owner, metrics=metrics
-        )
+            stack, settings, stores, owner=runs.owner, metrics=metrics,
+            renderers=renderers(runtime, runs) if renderers is not None else None,
+        )  # fmt: skip
         eraser = build_eraser(settings, stores, runtime, accounts, plane=plane, control=bus)
         stack.callback(shutdown_event.set)  # the first thing stop does
         yield Services(
@@ -459,13 +469,16 @@ def enter_webhooks(
     *,
     owner: str,
     metrics: Metrics | None,
+    renderers: Mapping[str, Renderer] | None = None,
 ) -> tuple[Webhooks, Deliverer | None]:
     """The subscriptions, and this replica's deliverer (started) unless turned off here."""
     targets = TargetPolicy(parse_networks(settings.webhook_allow_networks))
     webhooks = Webhooks(
         stores.webhooks, targets=targets, max_per_tenant=settings.webhook_max_per_tenant
     )
-    deliverer = build_deliverer(settings, stores.webhooks, targets, owner=owner, observer=metrics)
+    deliverer = build_deliverer(
+        settings, stores.webhooks, targets, owner=owner, observer=metrics, renderers=renderers
+    )
     if deliverer is not None:
         deliverer.start()
         stack.push_async_callback(deliverer.stop)
@@ -479,6 +492,7 @@ def build_deliverer(
     *,
     owner: str,
     observer: Metrics | None,
+    renderers: Mapping[str, Renderer] | None = None,
 ) -> Deliverer | None:
     """This replica's webhook deliverer, or None when the operator turned it off here."""
     if not settings.webhooks_enabled:
@@ -492,4 +506,6 @@ def build_deliverer(
         poll_seconds=settings.webhook_poll_seconds,
         batch=settings.webhook_batch,
     )
-    return Deliverer(store, owner=owner, targets=targets, policy=policy, observer=observer)
+    return Deliverer(
+        store, owner=owner, targets=targets, policy=policy, observer=observer, renderers=renderers
+    )

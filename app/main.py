@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.api.a2a.push import renderers as push_renderers
 from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
@@ -64,7 +65,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        opened = open_services(settings, metrics=metrics, shutdown_event=shutdown_event)
+        opened = open_services(
+            settings, metrics=metrics, shutdown_event=shutdown_event, renderers=push_renderers
+        )
         async with opened as services:
             app.state.services = services
             # The MCP transport's task group: stopped before the services it calls.

@@ -224,6 +224,11 @@ webhook_subscriptions = Table(
     # The Standard Webhooks signing secret (`whsec_<base64>`); never in events, logs or
     # answers other than the creating one.
     Column("secret", String(128), nullable=False),
+    # How a delivery is rendered: `standard` (the Standard Webhooks envelope) or `a2a` (an
+    # A2A push notification config); `format_options` is what the format needs (for `a2a`:
+    # the task, the client's token and credentials). Never answered by the webhook routes.
+    Column("format", String(16), nullable=False, server_default="standard"),
+    Column("format_options", Json, nullable=True),
     # active | disabled (by the tenant, or by the deliverer after deliveries kept failing)
     Column("state", String(16), nullable=False),
     Column("disabled_reason", String(64), nullable=True),

@@ -23,6 +23,7 @@ from app.runtime.webhooks.records import (
     ACTIVE,
     DELIVERED,
     DISABLED,
+    DROPPED,
     PENDING,
     Claim,
     ClaimedWork,
@@ -41,6 +42,7 @@ _D = webhook_deliveries.c
 # What PATCH may change; everything else is the store's or the deliverer's.
 _MUTABLE = frozenset(
     {"url", "event_types", "session_id", "metadata_filter", "description", "state"}
+    | {"format_options"}  # not PATCH's: an A2A push config naming its task
 )
 
 
@@ -66,6 +68,8 @@ def webhook_from_row(row: Any) -> WebhookRecord:
         last_failure_at=_utc(m["last_failure_at"]),
         created_at=as_utc(m["created_at"]),
         updated_at=as_utc(m["updated_at"]),
+        format=m["format"],
+        format_options=m["format_options"],
     )
 
 
@@ -153,6 +157,8 @@ class WebhookStore:
             "metadata_filter": _sql_null(webhook.metadata_filter),
             "description": webhook.description,
             "secret": webhook.secret,
+            "format": webhook.format,
+            "format_options": _sql_null(webhook.format_options),
             "state": ACTIVE,
             "disabled_reason": None,
             "consecutive_failures": 0,
@@ -208,8 +214,9 @@ class WebhookStore:
         if unknown:
             raise ValueError(f"not changeable: {sorted(unknown)}")
         values: dict[str, Any] = {**changes, "updated_at": utcnow()}
-        if "metadata_filter" in changes:
-            values["metadata_filter"] = _sql_null(changes["metadata_filter"])
+        for nullable in ("metadata_filter", "format_options"):
+            if nullable in changes:
+                values[nullable] = _sql_null(changes[nullable])
         if changes.get("state") == ACTIVE:
             values.update(disabled_reason=None, consecutive_failures=0)
         elif changes.get("state") == DISABLED:
@@ -220,19 +227,20 @@ class WebhookStore:
             .values(**values)
             .returning(webhook_subscriptions)
         )
-        async with self.db.write(tenant_id) as conn:
-            row = (await conn.execute(stmt)).first()
-            if row is not None and changes.get("state") == ACTIVE:
-                # Turned on again: what waited gets a fresh round of retries, due now.
-                await conn.execute(
-                    update(webhook_deliveries)
-                    .where(
-                        _D.tenant_id == tenant_id,
-                        _D.webhook_id == webhook_id,
-                        _D.status == PENDING,
+        with _parameters_hidden():  # `format_options` may bind a client's token
+            async with self.db.write(tenant_id) as conn:
+                row = (await conn.execute(stmt)).first()
+                if row is not None and changes.get("state") == ACTIVE:
+                    # Turned on again: what waited gets a fresh round of retries, due now.
+                    await conn.execute(
+                        update(webhook_deliveries)
+                        .where(
+                            _D.tenant_id == tenant_id,
+                            _D.webhook_id == webhook_id,
+                            _D.status == PENDING,
+                        )
+                        .values(retry_started_at=None, next_attempt_at=values["updated_at"])
                     )
-                    .values(retry_started_at=None, next_attempt_at=values["updated_at"])
-                )
         return webhook_from_row(row) if row is not None else None
 
     async def delete_webhook(self, tenant_id: str, webhook_id: str) -> bool:
@@ -331,7 +339,19 @@ class WebhookStore:
     async def settle_delivery(self, claim: Claim, *, owner: str, outcome: Outcome) -> bool:
         """Record an attempt's outcome, if the claim is still ours (owner and attempt number:
         a claim that lapsed and was taken again settles nothing); the subscription's health
-        with it. Returns whether it was settled."""
+        with it. Returns whether it was settled.
+
+        A `dropped` outcome deletes the delivery instead (fenced the same way): the format's
+        renderer found it none of the subscription's news, so nothing was sent, and the
+        subscription's health is untouched."""
+        if outcome.status == DROPPED:
+            async with self.db.write(claim.tenant_id) as conn:
+                dropped = await conn.execute(
+                    delete(webhook_deliveries).where(
+                        *_claim_key(claim), _D.claimed_by == owner, _D.attempts == claim.attempts
+                    )
+                )
+            return bool(dropped.rowcount)
         values: dict[str, Any] = {
             "status": outcome.status,
             "last_attempt_at": outcome.attempted_at,

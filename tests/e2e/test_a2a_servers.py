@@ -31,6 +31,7 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 from standardwebhooks.webhooks import Webhook
 
@@ -184,12 +185,15 @@ async def test_a_dropped_stream_resumes_on_the_other_replica_exactly_once(
 async def test_push_notification_for_completion_is_signed(
     a2a_replicas: list[Server], https: list[httpx.AsyncClient]
 ) -> None:
+    """The receiver gets what A2A's own sender sends: the token header and the task as a
+    StreamResponse (parsed with the SDK's types), signed too; a second task of the same
+    context does not notify the first task's config."""
     receiver = Receiver()
     token = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
     client = await client_of(https[0], a2a_replicas[0].base_url, streaming=False, polling=True)
     with serve(receiver) as rx_url:
         [reply] = [r async for r in client.send_message(message("[sleep:1000] push me"))]
-        task_id = reply.task.id
+        task_id, context_id = reply.task.id, reply.task.context_id
         config = TaskPushNotificationConfig(task_id=task_id, url=rx_url + "/a2a-hook", token=token)
         other = await client_of(https[1], a2a_replicas[1].base_url, streaming=False)
         made = await other.create_task_push_notification_config(config)
@@ -198,13 +202,21 @@ async def test_push_notification_for_completion_is_signed(
             if receiver.snapshot():
                 break
             await asyncio.sleep(0.1)
-        await asyncio.sleep(1)  # room for a second (invented) delivery to show up
+        # A second task of the same context: none of the first task's config's news.
+        [second] = [r async for r in other.send_message(message("again", context_id=context_id))]
+        assert second.task.id != task_id
+        assert second.task.status.state == TaskState.TASK_STATE_COMPLETED
+        await asyncio.sleep(1.5)  # room for a second (invented) delivery to show up
         received = receiver.snapshot()
     assert len(received) == 1, received
-    body = Webhook(token).verify(received[0].body, received[0].headers)  # raises if forged
-    assert body["type"] == "RUN_FINISHED"
-    assert body["data"]["run_id"] == task_id
-    assert body["data"]["payload"]["stop_reason"] == "COMPLETED"
+    got = received[0]
+    assert got.headers["x-a2a-notification-token"] == token
+    Webhook(token).verify(got.body, got.headers)  # raises if forged
+    pushed = json_format.Parse(got.body, StreamResponse())  # the SDK's own message
+    assert pushed.WhichOneof("payload") == "task"
+    assert pushed.task.id == task_id and pushed.task.context_id == context_id
+    assert pushed.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert answer(pushed.task) == "echo: push me"
     done = await client.get_task(GetTaskRequest(id=task_id))
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
 

@@ -29,6 +29,10 @@ VERSION = "0.1.0"
 DEFAULT_NAME = "Agent Session Runtime"
 
 
+# The HTTP+JSON binding's base, under the agent's JSON-RPC endpoint (`/a2a/rest`).
+REST_SUFFIX = "/rest"
+
+
 def rpc_path(agent_name: str | None) -> str:
     """The JSON-RPC endpoint of an agent (the default agent's is `/a2a`)."""
     return "/a2a" if agent_name is None else f"/a2a/{agent_name}"
@@ -79,14 +83,22 @@ class CardMaker:
             description=description,
             version=VERSION,
             # The same endpoint answers 0.3's method names too (the card then also carries
-            # 0.3's `url` and `preferredTransport` for 0.3 clients).
+            # 0.3's `url` and `preferredTransport` for 0.3 clients). JSON-RPC comes first, the
+            # binding a client picks when it speaks both; then HTTP+JSON (1.0's paths).
             supported_interfaces=[
+                *(
+                    AgentInterface(
+                        url=self.base_url + rpc_path(self.agent_name),
+                        protocol_binding=TransportProtocol.JSONRPC.value,
+                        protocol_version=version,
+                    )
+                    for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
+                ),
                 AgentInterface(
-                    url=self.base_url + rpc_path(self.agent_name),
-                    protocol_binding=TransportProtocol.JSONRPC.value,
-                    protocol_version=version,
-                )
-                for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
+                    url=self.base_url + rpc_path(self.agent_name) + REST_SUFFIX,
+                    protocol_binding=TransportProtocol.HTTP_JSON.value,
+                    protocol_version=PROTOCOL_VERSION_1_0,
+                ),
             ],
             provider=AgentProvider(organization="Agent Session Runtime", url=self.base_url),
             documentation_url=self.base_url + "/docs",

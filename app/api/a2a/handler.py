@@ -17,6 +17,7 @@ One handler per request: it carries the caller's tenant and the agent the route 
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -200,13 +201,15 @@ class A2aHandler(RequestHandler):
         if replayed is not None:
             return replayed.run_id, replayed, None
         push = params.configuration.task_push_notification_config
+        run_id = f"run_{uuid.uuid4().hex}"
         webhook = None
         if params.configuration.HasField("task_push_notification_config"):
-            # Subscribed before the run starts, so no end of a short run goes undelivered.
-            pending = TaskPushNotificationConfig(url=push.url, token=push.token, task_id="")
+            # Subscribed before the run starts, naming the run it will be, so no end of a
+            # short run goes undelivered.
+            pending = TaskPushNotificationConfig(url=push.url, token=push.token, task_id=run_id)
             pending.authentication.CopyFrom(push.authentication)
             webhook = await self.push.create(tenant_id, session_id, pending)
-        request = RunRequest(input=text, input_id=message.message_id)
+        request = RunRequest(input=text, input_id=message.message_id, run_id=run_id)
         try:
             run = await services.runs.start(tenant_id, session_id, request, idempotency=token)
         except IdempotentReplay:
@@ -216,9 +219,9 @@ class A2aHandler(RequestHandler):
             run = replayed
         except BaseException:
             if webhook is not None:
-                await self.push.delete(tenant_id, "", webhook.id)
+                await self.push.delete(tenant_id, run_id, webhook.id)
             raise
-        if webhook is not None:
+        if webhook is not None and run.run_id != run_id:  # a duplicate's run was replayed
             await self.push.retarget(tenant_id, webhook.id, run.run_id)
         return run.run_id, run, loaded
 

@@ -5,7 +5,11 @@
   a blueprint's (so the base URL of agent `support` is `/a2a/support`);
 - `POST /a2a` and `POST /a2a/{agent_name}`: the JSON-RPC binding (SendMessage,
   SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask, the push
-  notification config methods, GetExtendedAgentCard), authenticated with an API key.
+  notification config methods, GetExtendedAgentCard), authenticated with an API key;
+- `/a2a/rest/...` and `/a2a/{agent_name}/rest/...`: the same methods in the HTTP+JSON
+  binding (`POST .../message:send`, `GET .../tasks/{id}`, ...), the SDK's `RestDispatcher`
+  over the same handler, authenticated the same way. Its paths are A2A's (spec 1.0, "HTTP+JSON
+  binding"), announced by the card, and not OpenAPI operations of ours, as `/mcp` is not.
 
 The SDK's JSON-RPC dispatcher parses the envelope and answers with A2A's error codes
 (-32700 parse error, -32600 invalid request, -32601 method not found, -32602 invalid params,
@@ -16,17 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.routes.rest_dispatcher import RestDispatcher
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.requests import Request as StarletteRequest
 
-from app.api.a2a.cards import CardMaker
+from app.api.a2a.cards import REST_SUFFIX, CardMaker
 from app.api.a2a.handler import A2aHandler
 from app.api.a2a.schema import CARD_DOC, RPC_BODY, RPC_DOC
 from app.api.http.deps import ServicesDep, TenantDep
@@ -165,3 +171,70 @@ async def call_blueprint_agent(
 ) -> Response:
     """Like `POST /a2a`, with new contexts' sessions running blueprint `agent_name`."""
     return await _dispatch(request, tenant, services, agent_name)
+
+
+# The HTTP+JSON binding: (path under the agent's REST base, method, the `RestDispatcher`
+# method that answers it). `/tasks/{id}` comes after `/tasks/{id}:subscribe`, whose paths
+# it would match too.
+REST_ROUTES = (
+    ("/message:send", "POST", "on_message_send"),
+    ("/message:stream", "POST", "on_message_send_stream"),
+    ("/tasks/{id}:cancel", "POST", "on_cancel_task"),
+    ("/tasks/{id}:subscribe", "GET", "on_subscribe_to_task"),
+    ("/tasks/{id}:subscribe", "POST", "on_subscribe_to_task"),
+    ("/tasks/{id}/pushNotificationConfigs/{push_id}", "GET", "get_push_notification"),
+    ("/tasks/{id}/pushNotificationConfigs/{push_id}", "DELETE", "delete_push_notification"),
+    ("/tasks/{id}/pushNotificationConfigs", "POST", "set_push_notification"),
+    ("/tasks/{id}/pushNotificationConfigs", "GET", "list_push_notifications"),
+    ("/tasks/{id}", "GET", "on_get_task"),
+    ("/tasks", "GET", "list_tasks"),
+    ("/extendedAgentCard", "GET", "handle_authenticated_agent_card"),
+)
+
+
+async def _rest(
+    request: Request, tenant: Principal, services: Services, agent_name: str | None, method: str
+) -> Response:
+    """One HTTP+JSON call: its paths name only 1.0's methods, so a call without
+    `A2A-Version` is taken as 1.0 (the SDK would assume 0.3 and refuse it)."""
+    cards = CardMaker(services.blueprints, agent_name, str(request.base_url))
+    handler = A2aHandler(services, tenant_id=tenant.tenant_id, agent_name=agent_name, cards=cards)
+    dispatcher = RestDispatcher(
+        request_handler=handler,
+        context_builder=_CallContext(tenant.tenant_id, default_version=PROTOCOL_VERSION_1_0),
+    )
+    answer: Callable[[Request], Awaitable[Response]] = getattr(dispatcher, method)
+    return await answer(request)
+
+
+def _default_rest(method: str) -> Callable[..., Awaitable[Response]]:
+    async def endpoint(request: Request, tenant: TenantDep, services: ServicesDep) -> Response:
+        return await _rest(request, tenant, services, None, method)
+
+    return endpoint
+
+
+def _blueprint_rest(method: str) -> Callable[..., Awaitable[Response]]:
+    async def endpoint(
+        agent_name: str, request: Request, tenant: TenantDep, services: ServicesDep
+    ) -> Response:
+        return await _rest(request, tenant, services, agent_name, method)
+
+    return endpoint
+
+
+for _path, _verb, _method in REST_ROUTES:
+    router.add_api_route(
+        "/a2a" + REST_SUFFIX + _path,
+        _default_rest(_method),
+        methods=[_verb],
+        include_in_schema=False,
+        response_class=Response,
+    )
+    router.add_api_route(
+        "/a2a/{agent_name}" + REST_SUFFIX + _path,
+        _blueprint_rest(_method),
+        methods=[_verb],
+        include_in_schema=False,
+        response_class=Response,
+    )

@@ -215,7 +215,7 @@ class RunManager:
             ]
             if waiting:
                 raise ToolCallsPending(waiting)
-        run_id = f"run_{uuid.uuid4().hex}"
+        run_id = request.run_id or f"run_{uuid.uuid4().hex}"
         first_events = start_events(run_id, request, options)
         if prefix is not None:
             first_events = prefix(loaded) + first_events

@@ -29,6 +29,9 @@ class RunRequest:
     on_tool_error: str | None = None
     # The client's id for the input message (AG-UI), stored on its memory item.
     input_id: str | None = None
+    # The run's id when the caller chose it (an A2A push config names its task before the
+    # run exists, so no end of a short run is missed); a fresh id otherwise.
+    run_id: str | None = None
 
     def options_json(self) -> dict[str, Any]:
         """The request as the run row keeps it (a queued run is resumed from it)."""

@@ -13,6 +13,13 @@ database went away) is sent again; receivers deduplicate on `webhook-id`, which 
 id. A non-2xx answer, a timeout, a refused address or a redirect is a failed attempt, retried
 with exponential backoff and full jitter until `retry_window_seconds` after the first
 attempt; then the delivery is `failed` and its subscription disabled (`deliveries_failing`).
+
+What is sent depends on the subscription's `format`: `standard` is the Standard Webhooks
+envelope (`delivery_body`); any other format has a `Renderer`, given at assembly (the A2A
+push notification's lives with the A2A API), that renders the body and any headers of its
+own at each attempt (the same body every time: it reads only what the ledger held up to the
+event), or says the event is none of the subscription's news, and the delivery is dropped
+unsent. Every format's deliveries are signed, retried and fenced the same way.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -34,12 +42,15 @@ from app.runtime.observer import NullObserver, Observer
 from app.runtime.session.events import Event
 from app.runtime.webhooks.records import (
     DELIVERED,
+    DROPPED,
     FAILED,
     PENDING,
+    STANDARD,
     Claim,
     ClaimedWork,
     Outcome,
     WebhookPort,
+    WebhookRecord,
 )
 from app.runtime.webhooks.signing import signed_headers
 from app.runtime.webhooks.targets import TargetPolicy
@@ -97,6 +108,22 @@ def delivery_body(event: Event) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class Rendered:
+    """A delivery's body and the headers its format adds (the signature is added after)."""
+
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Renderer(Protocol):
+    """Renders one delivery of a subscription whose format it serves; None when the event
+    is none of that subscription's news (the delivery is dropped, unsent). It may read the
+    store; an exception leaves the delivery unsettled, so it is attempted again."""
+
+    async def __call__(self, webhook: WebhookRecord, event: Event) -> Rendered | None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One HTTP attempt's result: a status code, or why there is none."""
 
@@ -120,8 +147,10 @@ class Deliverer:
         policy: DeliveryPolicy | None = None,
         observer: Observer | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        renderers: Mapping[str, Renderer] | None = None,
     ) -> None:
         self.store = store
+        self.renderers = dict(renderers or {})
         self.owner = owner
         self.targets = targets
         self.policy = policy or DeliveryPolicy()
@@ -189,6 +218,8 @@ class Deliverer:
             # Not settled: the claim lapses and the delivery is attempted again.
             log.warning("webhook delivery %s/%s not settled: %s", claim.webhook_id, claim.seq, exc)
             return
+        if outcome.status == DROPPED:
+            return  # nothing was sent: no attempt to count
         self.observer.webhook_attempted(outcome=outcome.status)
         if settled and outcome.status == DELIVERED and work.event is not None:
             lag = (outcome.attempted_at - work.event.created_at).total_seconds()
@@ -198,9 +229,24 @@ class Deliverer:
         now = datetime.now(UTC)
         if work.event is None:
             return Outcome(status=FAILED, attempted_at=now, error="the event was erased")
-        attempt = await self.send(work.webhook.url, work.webhook.secret, work.event)
+        if work.webhook.format == STANDARD:
+            rendered: Rendered | None = Rendered(delivery_body(work.event))
+        elif (renderer := self.renderers.get(work.webhook.format)) is None:
+            # A replica that does not know the format (an older one, mid-deploy): retried,
+            # so a replica that does sends it.
+            attempt = Attempt(None, f"no renderer for the format {work.webhook.format!r} here")
+            return self._failed(work, attempt, now)
+        else:
+            rendered = await renderer(work.webhook, work.event)
+        if rendered is None:
+            return Outcome(status=DROPPED, attempted_at=now)
+        attempt = await self.send(work.webhook.url, work.webhook.secret, work.event, rendered)
         if attempt.ok:
             return Outcome(status=DELIVERED, attempted_at=now, response_code=attempt.status_code)
+        return self._failed(work, attempt, now)
+
+    def _failed(self, work: ClaimedWork, attempt: Attempt, now: datetime) -> Outcome:
+        """A failed attempt: retried later, or given up after the retry window."""
         started = work.delivery.retry_started_at or now
         if (now - started).total_seconds() >= self.policy.retry_window_seconds:
             return Outcome(
@@ -219,12 +265,17 @@ class Deliverer:
             error=attempt.error,
         )
 
-    async def send(self, url: str, secret: str, event: Event) -> Attempt:
-        """One signed POST to the checked address, bounded in time and in what is read."""
-        body = delivery_body(event)
-        headers = signed_headers(
-            secret, msg_id=event.event_id, timestamp=int(time.time()), body=body
-        )
+    async def send(
+        self, url: str, secret: str, event: Event, rendered: Rendered | None = None
+    ) -> Attempt:
+        """One signed POST to the checked address, bounded in time and in what is read;
+        the body is `rendered`'s, or the Standard Webhooks envelope of `event`."""
+        rendered = rendered or Rendered(delivery_body(event))
+        body = rendered.body
+        headers = {
+            **rendered.headers,
+            **signed_headers(secret, msg_id=event.event_id, timestamp=int(time.time()), body=body),
+        }
         headers["host"] = urlsplit(url).netloc
         try:
             async with asyncio.timeout(self.policy.timeout_seconds):

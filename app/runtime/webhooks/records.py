@@ -20,7 +20,10 @@ DISABLED = "disabled"
 PENDING = "pending"
 DELIVERED = "delivered"
 FAILED = "failed"
+DROPPED = "dropped"  # an outcome only: the delivery row is deleted, never stored so
 ALL_TYPES = "*"
+# Delivery formats: how a delivery's body is rendered (`delivery.Renderer`).
+STANDARD = "standard"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,10 @@ class WebhookRecord:
     last_failure_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    # How its deliveries are rendered, and what that format needs (never shown by reads:
+    # an `a2a` config's options hold the client's token and credentials).
+    format: str = STANDARD
+    format_options: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,8 @@ class NewWebhook:
     metadata_filter: dict[str, Any] | None
     description: str | None
     secret: str
+    format: str = STANDARD
+    format_options: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +107,10 @@ class ClaimedWork:
 class Outcome:
     """How one attempt ended, as the deliverer settles it.
 
-    `status`: delivered, pending (retry at `next_attempt_at`) or failed (given up); `disable`
-    names why the subscription is switched off with it, if it is."""
+    `status`: delivered, pending (retry at `next_attempt_at`), failed (given up), or dropped
+    (the format's renderer found the event is none of the subscription's news, e.g. another
+    task's end for an A2A push config: the row goes, nothing was sent); `disable` names why
+    the subscription is switched off with it, if it is."""
 
     status: str
     attempted_at: datetime

@@ -24,6 +24,7 @@ from app.runtime.ports import IdempotencyToken
 from app.runtime.session.events import EventType
 from app.runtime.webhooks.records import (
     ALL_TYPES,
+    STANDARD,
     DeliveryRecord,
     NewWebhook,
     WebhookPort,
@@ -88,9 +89,12 @@ class Webhooks:
         description: str | None = None,
         idempotency: IdempotencyToken | None = None,
         secret: str | None = None,
+        format: str = STANDARD,
+        format_options: dict[str, Any] | None = None,
     ) -> WebhookRecord:
         """A new active subscription with a fresh secret (the only answer that shows it), or
-        with `secret` when the caller chose it (an A2A push config's token, `signing`).
+        with `secret` when the caller chose it (an A2A push config's token, `signing`);
+        `format` and its options say how its deliveries are rendered (`delivery.Renderer`).
 
         Raises:
             UnsafeWebhookTarget, InvalidWebhook: 422.
@@ -105,6 +109,8 @@ class Webhooks:
             metadata_filter=check_metadata_filter(metadata_filter),
             description=description,
             secret=secret or new_secret(),
+            format=format,
+            format_options=format_options,
         )
         if await self.store.count_webhooks(tenant_id) >= self.max_per_tenant:
             raise TooManyWebhooks(self.max_per_tenant)

@@ -4,7 +4,8 @@
 //
 // It resolves the card from the base URL (the JSON-RPC transport the card names), sends a
 // message and streams another, reads and cancels tasks, re-subscribes to a running task,
-// answers an approval, and meets A2A's own errors.
+// answers an approval, and meets A2A's own errors; the HTTP+JSON binding the card names
+// second answers a message, a stream and an unknown task the same way.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -13,6 +14,7 @@ import {
   ClientFactoryOptions,
   DefaultAgentCardResolver,
   JsonRpcTransportFactory,
+  RestTransportFactory,
 } from "@a2a-js/sdk/client";
 
 const URL_ = process.env.ASR_URL;
@@ -29,9 +31,10 @@ const fetchImpl = (url, init = {}) => {
   return fetch(url, { ...init, headers });
 };
 
-async function client() {
+async function client(transport = new JsonRpcTransportFactory({ fetchImpl })) {
   const options = ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-    transports: [new JsonRpcTransportFactory({ fetchImpl })],
+    transports: [transport],
+    preferredTransports: [transport.protocolName],
     cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
   });
   return new ClientFactory(options).createFromUrl(URL_);
@@ -72,6 +75,19 @@ test("a message gets a completed task with the answer; another streams", async (
   assert.equal(last.$case, "statusUpdate");
   assert.equal(last.value.status.state, COMPLETED);
   assert.ok(events.some((e) => e.payload.$case === "artifactUpdate"));
+});
+
+test("the HTTP+JSON binding the card names answers the same", async () => {
+  const a2a = await client(new RestTransportFactory({ fetchImpl }));
+  const task = taskOf(await a2a.sendMessage(message("hello")));
+  assert.equal(task.status.state, COMPLETED);
+  assert.equal(answer(task), "echo: hello");
+  const got = await a2a.getTask({ id: task.id, historyLength: 1 });
+  assert.equal(got.history.length, 1);
+  const events = [];
+  for await (const event of a2a.sendMessageStream(message("[words:3]"))) events.push(event);
+  assert.equal(events.at(-1).payload.value.status.state, COMPLETED);
+  await assert.rejects(a2a.getTask({ id: "run_none" }), (e) => /not ?found/i.test(`${e.name} ${e.message}`));
 });
 
 test("a long task is cancelled; a running one is re-subscribed", async () => {

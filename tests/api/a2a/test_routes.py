@@ -201,7 +201,7 @@ async def test_push_configs_are_webhooks(loopback_hooks: httpx.AsyncClient) -> N
     got = await client.get_task_push_notification_config(
         GetTaskPushNotificationConfigRequest(task_id=task_id, id=made.id)
     )
-    assert got.url == config.url and got.token == ""
+    assert got.url == config.url and got.token == "my-token"
     listed = await client.list_task_push_notification_configs(
         ListTaskPushNotificationConfigsRequest(task_id=task_id)
     )

@@ -128,6 +128,18 @@ async def write_everywhere(api: httpx.AsyncClient, marker: str) -> str:
         ),
         201,
     )
+    # An A2A push config: its token and credentials are kept in the webhook's format options.
+    push = {
+        "taskId": started["run_id"],
+        "url": "http://127.0.0.1:9/a2a",
+        "token": marker,
+        "authentication": {"scheme": "Bearer", "credentials": marker},
+    }
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig"}
+    made = await ok(
+        await api.post("/a2a", json={**rpc, "params": push}, headers={"A2A-Version": "1.0"})
+    )
+    assert made["result"]["token"] == marker, made
     await ok(
         await api.post(
             "/v1/schedules",
