@@ -189,9 +189,14 @@ class LedgerStore(ABC):
         for key, value in (metadata or {}).items():
             stmt = stmt.where(sessions.c.metadata[key].as_string() == value)
         stmt = stmt.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc())
-        async with self.db.read(tenant_id) as conn:
+
+        async def page(conn: AsyncConnection) -> list[SessionRecord]:
             rows = (await conn.execute(stmt.limit(limit))).all()
-        return [session_from_row(r) for r in rows]
+            return [session_from_row(r) for r in rows]
+
+        # A list tolerates lag: a read replica may serve it, fenced by the tenant's latest
+        # commit this process knows of (`Database.read_lagging`).
+        return await self.db.read_lagging(tenant_id, page)
 
     async def count_sessions(self, tenant_id: str) -> int:
         async with self.db.read(tenant_id) as conn:
@@ -228,8 +233,14 @@ class LedgerStore(ABC):
         run_id: str | None = None,
         limit: int | None = None,
     ) -> list[Event]:
-        """Events in seq order; filters combine with AND."""
-        async with self.db.read(tenant_id) as conn:
+        """Events in seq order; filters combine with AND.
+
+        A page tolerates lag (a caller reads on from its last seq), so a read replica may
+        serve it, fenced by the seqs the caller names (`after_seq` it has seen, `until_seq`
+        it knows exists) and the session's head this process knows of: the page never ends
+        before what the caller already saw (`Database.read_lagging`)."""
+
+        async def page(conn: AsyncConnection) -> list[Event]:
             return await self._events(
                 conn,
                 tenant_id,
@@ -240,6 +251,9 @@ class LedgerStore(ABC):
                 run_id=run_id,
                 limit=limit,
             )
+
+        fence = max(after_seq, until_seq or 0)
+        return await self.db.read_lagging(tenant_id, page, session_id=session_id, fence=fence)
 
     @abstractmethod
     async def _events(

@@ -83,9 +83,7 @@ def downgrade() -> None:
     with op.batch_alter_table("session_events") as batch:
         batch.drop_constraint(op.f("uq_session_events_tenant_id_position"), type_="unique")
         batch.drop_constraint(op.f("uq_session_events_tenant_id_event_id"), type_="unique")
-        batch.create_index(
-            op.f("ix_session_events_tenant_id_position"), ["tenant_id", "position"]
-        )
+        batch.create_index(op.f("ix_session_events_tenant_id_position"), ["tenant_id", "position"])
         batch.create_unique_constraint(op.f("uq_session_events_position"), ["position"])
         batch.create_unique_constraint(op.f("uq_session_events_event_id"), ["event_id"])
     for trigger in triggers:

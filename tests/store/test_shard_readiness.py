@@ -72,9 +72,10 @@ def _violations_in_keys(inspector: object, table: str) -> list[str]:
         referred = fk["referred_table"]
         if referred in tables.GLOBAL_TABLES and referred == "tenants":
             continue  # the tenant itself: a reference table, on every node
-        if "tenant_id" not in fk["constrained_columns"] or "tenant_id" not in fk[
-            "referred_columns"
-        ]:
+        if (
+            "tenant_id" not in fk["constrained_columns"]
+            or "tenant_id" not in fk["referred_columns"]
+        ):
             problems.append(f"{table}: foreign key {fk['name']} to {referred}")
     return problems
 
@@ -143,9 +144,7 @@ async def test_only_the_documented_functions_read_across_tenants(store: Stores) 
         )
     documented = {function_name(s) for s in CROSS_TENANT}
     assert documented <= {function_name(s) for s in SOURCES}
-    spanning = {
-        name for name, definer, body in functions if definer or "app.cross_tenant" in body
-    }
+    spanning = {name for name, definer, body in functions if definer or "app.cross_tenant" in body}
     assert spanning <= documented, f"undocumented cross-tenant functions: {spanning - documented}"
     unwalled = [t for t in SHARDED if not walls.get(t)]
     assert unwalled == [], f"tables of tenant rows without a forced row-level wall: {unwalled}"
