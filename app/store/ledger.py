@@ -127,9 +127,15 @@ class LedgerStore(ABC):
     # ----------------------------------------------------------------- sessions
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
-        """The session row, or None (also when it belongs to another tenant)."""
+        """The session row, or None (also when it belongs to another tenant).
+
+        Read on the primary; its `last_seq` then fences this process's reads of the session
+        on a read replica (a stream that read the head here replays at least up to it)."""
         async with self.db.read(tenant_id) as conn:
-            return await self._session(conn, tenant_id, session_id)
+            record = await self._session(conn, tenant_id, session_id)
+        if record is not None:
+            self.db.heads.read(tenant_id, session_id, record.last_seq)
+        return record
 
     async def _session(
         self, conn: AsyncConnection, tenant_id: str, session_id: str

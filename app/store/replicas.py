@@ -55,7 +55,12 @@ _REPLICA_PROBE = text(
     " CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0"
     " ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END"
 )
-_LSN_DIFF = text("SELECT pg_wal_lsn_diff(CAST(:a AS pg_lsn), CAST(:b AS pg_lsn))")
+
+
+def lsn_bytes(lsn: str) -> int:
+    """A WAL position as PostgreSQL writes it (`16/B374D848`), in bytes."""
+    high, _, low = lsn.partition("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
 
 class KnownHeads:
@@ -81,6 +86,15 @@ class KnownHeads:
             self._sessions.popitem(last=False)
         while len(self._tenants) > self._capacity:
             self._tenants.popitem(last=False)
+
+    def read(self, tenant_id: str, session_id: str, seq: int) -> None:
+        """The primary showed the session at `seq` (a read, not a commit: the tenant's
+        latest commit, which fences its lists, is not this one)."""
+        key = (tenant_id, session_id)
+        self._sessions[key] = max(seq, self._sessions.get(key, 0))
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > self._capacity:
+            self._sessions.popitem(last=False)
 
     def session(self, tenant_id: str, session_id: str) -> int:
         """The highest seq known of the session (0: none known)."""
@@ -158,10 +172,9 @@ class ReplicaSet:
             try:
                 async with asyncio.timeout(self.timeout), replica.engine.connect() as conn:
                     in_recovery, lsn, seconds = (await conn.execute(_REPLICA_PROBE)).one()
-                    lag_bytes = None
-                    if primary_lsn is not None and lsn is not None:
-                        diff = await conn.execute(_LSN_DIFF, {"a": primary_lsn, "b": lsn})
-                        lag_bytes = max(float(diff.scalar_one()), 0.0)
+                lag_bytes = None
+                if primary_lsn is not None and lsn is not None:
+                    lag_bytes = float(max(lsn_bytes(primary_lsn) - lsn_bytes(lsn), 0))
             except Exception as exc:
                 replica.lag_bytes = replica.lag_seconds = None
                 self.failed(replica, exc)
