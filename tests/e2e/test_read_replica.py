@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -31,7 +28,7 @@ from app.store.engine import make_engine
 from app.store.migrations import upgrade_head
 from app.store.stores import open_stores
 from tests.conftest import PG_ENV, Server, make_tenant, start_server, stop_server
-from tests.pgcluster import ThrowawayPostgres, pg_bin, throwaway_cluster
+from tests.pgcluster import ThrowawayPostgres, pg_bin, streaming_replica, throwaway_cluster
 from tests.sse.conftest import append_item, new_session, read_frames
 
 pytestmark = pytest.mark.skipif(
@@ -41,40 +38,13 @@ pytestmark = pytest.mark.skipif(
 _READS = re.compile(r'^asr_db_reads_total\{reason="(\w+)",target="(\w+)"\} ([0-9.e+]+)$', re.M)
 
 
-def _basebackup(primary: ThrowawayPostgres) -> ThrowawayPostgres:
-    """A hot standby of `primary`, streaming from it (`pg_basebackup -R`), started."""
-    tool = pg_bin("pg_basebackup")
-    if tool is None:
-        pytest.skip("pg_basebackup not installed")
-    root = Path(tempfile.mkdtemp(prefix="asr-pg-replica-"))
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(root, user.pw_uid, user.pw_gid)
-    replica = ThrowawayPostgres(root)
-    primary._run(
-        tool,
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(primary.port),
-        "-U",
-        "postgres",
-        "-D",
-        str(replica.data),
-        "-R",
-        "-X",
-        "stream",
-        "--no-sync",
-    )
-    replica.start()
-    return replica
-
-
 @pytest.fixture(scope="module")
 def clusters() -> Iterator[tuple[ThrowawayPostgres, ThrowawayPostgres]]:
     with throwaway_cluster(required=os.environ.get("CI") == "true") as primary:
         upgrade_head(primary.url)
-        replica = _basebackup(primary)
+        if pg_bin("pg_basebackup") is None:
+            pytest.skip("pg_basebackup not installed")
+        replica = streaming_replica(primary)
         try:
             yield primary, replica
         finally:
