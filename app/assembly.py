@@ -199,6 +199,8 @@ def enter_stores(
             primary=engine,
             timeout=settings.db_read_timeout_seconds,
             health_seconds=settings.db_read_health_seconds,
+            consistency=settings.db_read_consistency,
+            wait_seconds=settings.db_read_wait_ms / 1000,
         )
         stores.database.replicas = replicas
         replicas.start()

@@ -42,6 +42,22 @@ class Settings(BaseSettings):
         "to have seen: a replica that has not applied it is not used for that read. Writes "
         "and everything in a transaction stay on the primary. Empty: no replicas.",
     )
+    db_read_consistency: Literal["strict", "session"] = Field(
+        default="strict",
+        description="What a read on a read replica may miss. strict: nothing acknowledged "
+        "before the read began, on any replica of the service (the replica must have applied "
+        "the primary's WAL flush position, asked once per burst of reads; it is waited for "
+        "up to ASR_DB_READ_WAIT_MS, else the primary serves). session: only what the caller "
+        "sent (after_seq, Last-Event-ID) and what this replica of the service committed or "
+        "heard announced by NOTIFY; no round trip to the primary.",
+    )
+    db_read_wait_ms: float = Field(
+        default=20.0,
+        ge=0,
+        le=1000,
+        description="How long a read waits for a read replica to apply its fence before the "
+        "primary serves it instead.",
+    )
     db_read_timeout_seconds: float = Field(
         default=1.0,
         gt=0,

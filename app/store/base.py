@@ -18,7 +18,7 @@ from app.runtime.ports import SessionRecord, Wakeup
 from app.runtime.session.events import Event
 from app.store.announce import Announcer, Notifier
 from app.store.engine import WRITE_OPTION
-from app.store.replicas import KnownHeads, ReplicaSet
+from app.store.replicas import STRICT, KnownHeads, ReplicaSet
 from app.store.tables import sessions
 from app.tracing import span
 
@@ -36,6 +36,10 @@ READ_NO_REPLICA = "no_replica"  # none configured, or every one backed off
 READ_FENCED = "fenced"  # the replica had applied the fence: served there
 READ_BEHIND = "behind"  # the replica had not (or lacks the session): the primary
 READ_UNAVAILABLE = "unavailable"  # the replica failed: the primary
+
+
+class _Behind(Exception):
+    """The replica has not applied the read's fence: the primary serves it."""
 
 
 def utcnow() -> datetime:
@@ -176,8 +180,18 @@ class Database(ABC):
                 )
             else:
                 need = self.heads.tenant(tenant_id)
+            flushed: int | None = None
+            if self.replicas.consistency == STRICT:
+                try:
+                    flushed = await self.replicas.primary_flushed()
+                except Exception:  # the primary's trouble: its own read below reports it
+                    replica = None
+        if replica is not None:
+            assert self.replicas is not None
             try:
                 async with replica.engine.connect() as conn, conn.begin():
+                    if flushed is not None and not await self.replicas.caught_up(conn, flushed):
+                        raise _Behind
                     await self._scope(conn, tenant_id)
                     head: int | None = 0
                     if need is not None:
@@ -191,6 +205,8 @@ class Database(ABC):
                         result = await work(conn)
                         self.observer.db_read(target="replica", reason=READ_FENCED)
                         return result
+                raise _Behind
+            except _Behind:
                 reason = READ_BEHIND
                 self.replicas.succeeded(replica)
             except Exception as exc:  # a replica's failure is never the caller's

@@ -15,6 +15,13 @@ shows that commit shows every earlier one. The row is read before the page in th
 transaction; under READ COMMITTED the page's statement sees a snapshot at least as new, so
 the page holds everything up to the fence.
 
+That is `ASR_DB_READ_CONSISTENCY=session`. `strict` (the default) adds a fence for what this
+process cannot know (a write another server took a moment ago): the primary's WAL flush
+position, asked after the read began (`ReplicaSet.primary_flushed`, one query shared by a
+burst of reads). Every acknowledged synchronous commit is at or below it, so a replica that
+has applied it (`pg_last_wal_replay_lsn()`, waited for up to `ASR_DB_READ_WAIT_MS`) shows
+every write acknowledged before the read began.
+
 A replica that fails (refuses, times out, breaks mid-read) is skipped for a back-off that
 doubles up to `MAX_BACKOFF_SECONDS`, and the read it failed is served by the primary: a dead
 replica costs the primary its reads, never a client an error. A health probe (every
@@ -50,6 +57,15 @@ FIRST_BACKOFF_SECONDS = 0.5
 KNOWN_CAPACITY = 100_000
 
 _PRIMARY_LSN = text("SELECT pg_current_wal_lsn()::text")
+# Every synchronous commit acknowledged so far is at or below the primary's flush position.
+_PRIMARY_FLUSHED = text("SELECT pg_current_wal_flush_lsn()::text")
+# What a replica has applied (None: it is no standby, so it is as current as it gets).
+_REPLAYED = text("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END")
+# Consistency levels (ASR_DB_READ_CONSISTENCY).
+STRICT = "strict"
+SESSION = "session"
+# How often a replica's replay position is asked again while a strict read waits for it.
+_WAIT_STEP_SECONDS = 0.002
 _REPLICA_PROBE = text(
     "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text,"
     " CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0"
@@ -131,8 +147,47 @@ class ReplicaSet:
     primary: AsyncEngine
     timeout: float = 1.0
     health_seconds: float = 2.0
+    consistency: str = STRICT
+    wait_seconds: float = 0.02
     _next: int = 0
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
+    _lsn: asyncio.Future[int] | None = field(default=None, repr=False)
+    _lsn_started: int = 0
+
+    async def primary_flushed(self) -> int:
+        """The primary's WAL flush position, asked after this call began: every write
+        acknowledged before the call is at or below it.
+
+        Concurrent callers share one query: a caller waits for a query that began after it
+        did (or, if the one in flight began earlier, for the next), so a burst of reads
+        costs the primary one round trip, not one each."""
+        floor = self._lsn_started
+        while True:
+            pending = self._lsn
+            if pending is not None and self._lsn_started > floor:
+                return await asyncio.shield(pending)
+            if pending is None or pending.done():
+                self._lsn_started += 1
+                self._lsn = asyncio.ensure_future(self._ask_flushed())
+                return await asyncio.shield(self._lsn)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
+
+    async def _ask_flushed(self) -> int:
+        async with self.primary.connect() as conn:
+            return lsn_bytes((await conn.execute(_PRIMARY_FLUSHED)).scalar_one())
+
+    async def caught_up(self, conn: object, lsn: int) -> bool:
+        """Whether the replica of `conn` has applied `lsn`, waiting up to `wait_seconds`
+        for it (a healthy replica is milliseconds behind)."""
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            replayed = (await conn.execute(_REPLAYED)).scalar_one()  # type: ignore[attr-defined]
+            if replayed is None or lsn_bytes(replayed) >= lsn:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_WAIT_STEP_SECONDS)
 
     def pick(self) -> Replica | None:
         """The next usable replica (round robin), or None when none is."""

@@ -6,7 +6,9 @@ standby. Both servers run with `ASR_DATABASE_URL` = the primary and `ASR_DATABAS
 succeed; a read fenced past the replica's position is answered by the primary with the
 fresh rows; an unfenced read is served by the replica (counted by `asr_db_reads`); an SSE
 stream resumed with `Last-Event-ID` is exact (no gap, no duplicate) while replay is paused
-and after it resumes. Then the replica is stopped, and no client notices.
+and after it resumes. Server A reads strictly (`ASR_DB_READ_CONSISTENCY=strict`: no read
+misses a write acknowledged before it), B by session (fenced by what it knows). Then the
+replica is stopped, and no client notices.
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ def servers(
         "ASR_DB_POOL_SIZE": "6",
         "ASR_SSE_POLL_SECONDS": "30",
     }
-    a = start_server(primary.url, logs / "a.log", **env)
+    # A reads strictly (nothing acknowledged before a read is missed, on any server); B
+    # fences by what it knows (ASR_DB_READ_CONSISTENCY=session), which shows unfenced reads.
+    a = start_server(primary.url, logs / "a.log", ASR_DB_READ_CONSISTENCY="strict", **env)
     try:
-        b = start_server(primary.url, logs / "b.log", **env)
+        b = start_server(primary.url, logs / "b.log", ASR_DB_READ_CONSISTENCY="session", **env)
     except Exception:
         stop_server(a)
         raise
@@ -222,6 +226,13 @@ async def test_reads_are_fenced_on_a_lagging_replica_and_survive_its_death(
         assert await _seqs(hb, quiet) == [1]
         assert (await _reads(b)).get(("replica", "fenced"), 0) > after.get(("replica", "fenced"), 0)
 
+        # Strict reads on A miss no write acknowledged before them, so even a session with
+        # nothing newer goes to the primary while the replica lags.
+        before_a = await _reads(a)
+        assert await _seqs(ha, quiet) == [1]
+        after_a = await _reads(a)
+        assert after_a.get(("primary", "behind"), 0) > before_a.get(("primary", "behind"), 0)
+
         # SSE resumed with Last-Event-ID while replay is paused: exact, then live.
         async def write_eight() -> None:
             await append_item(ha, sid, "live 8")
@@ -240,6 +251,12 @@ async def test_reads_are_fenced_on_a_lagging_replica_and_survive_its_death(
 
         ids = await _stream_ids(hb, sid, 6, then=write_nine, until=9)
         assert ids == [7, 8, 9]
+        # Caught up, the replica serves A's strict reads again.
+        await _until_applied(standby, sid, 9)
+        before_a = await _reads(a)
+        assert await _seqs(ha, sid) == list(range(1, 10))
+        after_a = await _reads(a)
+        assert after_a.get(("replica", "fenced"), 0) > before_a.get(("replica", "fenced"), 0)
 
         # The replica dies: no client notices.
         replica.stop("immediate")

@@ -8,6 +8,7 @@ real streaming replica with WAL replay paused).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -18,7 +19,7 @@ from app.runtime.ports import NewSession, Wakeup
 from app.runtime.session.events import EventType, NewEvent
 from app.settings import Settings
 from app.store.engine import make_engine, make_read_engine
-from app.store.replicas import Replica, ReplicaSet
+from app.store.replicas import SESSION, STRICT, Replica, ReplicaSet
 from app.store.stores import Stores, open_stores
 from tests.conftest import TenantKey, free_port
 
@@ -47,13 +48,19 @@ def _new(session_id: str) -> NewSession:
     return NewSession(session_id=session_id, metadata={}, agent={}, binding={})
 
 
-@pytest.fixture
-async def routed(settings: Settings) -> AsyncIterator[tuple[Stores, Reads, ReplicaSet]]:
+@pytest.fixture(params=[STRICT, SESSION])
+async def routed(
+    settings: Settings, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Stores, Reads, ReplicaSet]]:
+    """Both consistency levels: the "replica" (the primary itself) is never behind the
+    primary's WAL, so strict routes as session does."""
     engine = make_engine(settings)
     reads = Reads()
     stores = open_stores(engine, observer=reads, notify=False)
     replicas = ReplicaSet(
-        [Replica(0, make_read_engine(settings, settings.database_url))], primary=engine
+        [Replica(0, make_read_engine(settings, settings.database_url))],
+        primary=engine,
+        consistency=request.param,
     )
     stores.database.replicas = replicas
     yield stores, reads, replicas
@@ -124,6 +131,25 @@ async def test_a_dead_replica_is_skipped_never_an_error(
     finally:
         await replicas.stop()
         await engine.dispose()
+
+
+async def test_concurrent_strict_reads_share_one_question_to_the_primary(
+    routed: tuple[Stores, Reads, ReplicaSet],
+) -> None:
+    _, _, replicas = routed
+    asked = 0
+    ask = replicas._ask_flushed
+
+    async def counted() -> int:
+        nonlocal asked
+        asked += 1
+        return await ask()
+
+    replicas._ask_flushed = counted  # type: ignore[method-assign]
+    first = await replicas.primary_flushed()
+    positions = await asyncio.gather(*(replicas.primary_flushed() for _ in range(20)))
+    assert all(p >= first for p in positions)
+    assert asked <= 3  # one before, and the burst shares one or two
 
 
 async def test_the_probe_measures_lag(routed: tuple[Stores, Reads, ReplicaSet]) -> None:
