@@ -5,7 +5,8 @@
 
 Starts a throwaway primary and a streaming replica of it (`pg_basebackup -R`, as the e2e test
 does; needs the PostgreSQL server binaries), then for each configuration (the primary alone;
-the primary with `ASR_DATABASE_READ_URLS` = the replica) runs:
+the primary with `ASR_DATABASE_READ_URLS` = the replica, with `ASR_DB_READ_CONSISTENCY`
+strict and then session) runs:
 
 - **event pages**: `--readers` clients read `GET /v1/sessions/{id}/events?limit=100` pages
   of one 201-event session for `--seconds`, on one `asr serve`;
@@ -117,6 +118,7 @@ async def _measure(
     replica: ThrowawayPostgres,
     read_urls: str | None,
     args: argparse.Namespace,
+    consistency: str = "strict",
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="asr-bench-replica-"))
     out: dict[str, Any] = {}
@@ -128,6 +130,7 @@ async def _measure(
             workdir / "server.log",
             ASR_LOG_LEVEL="warning",
             ASR_DATABASE_READ_URLS=read_urls or "",
+            ASR_DB_READ_CONSISTENCY=consistency,
         )
     )
     try:
@@ -144,6 +147,7 @@ async def _measure(
         producer="items",
         database_url=primary.url,
         read_urls=read_urls,
+        consistency=consistency,
     )
     p0, r0 = cluster_cpu_seconds(primary), cluster_cpu_seconds(replica)
     doc = await sse_fanout.main_async(fan_args)
@@ -172,6 +176,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             return {
                 "primary_only": await _measure(primary, replica, None, args),
                 "with_replica": await _measure(primary, replica, replica.url, args),
+                "with_replica_session": await _measure(
+                    primary, replica, replica.url, args, consistency="session"
+                ),
                 "readers": args.readers,
                 "seconds": args.seconds,
                 "cpus": os.cpu_count(),

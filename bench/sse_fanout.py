@@ -289,6 +289,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     if getattr(args, "read_urls", None):
         env["ASR_DATABASE_READ_URLS"] = args.read_urls
+        env["ASR_DB_READ_CONSISTENCY"] = getattr(args, "consistency", None) or "strict"
     server = await asyncio.to_thread(start_server, database_url, workdir / "server.log", **env)
     try:
         results = []
