@@ -143,7 +143,12 @@ class LedgerStore(ABC):
         return await read_session(conn, tenant_id, session_id)
 
     async def load_session(
-        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        base: tuple[datetime, int] | None = None,
+        lagging: bool = False,
     ) -> SessionLoad | None:
         """Everything resuming a session reads, in one read transaction (None: no session).
 
@@ -152,12 +157,22 @@ class LedgerStore(ABC):
         events after it are read; otherwise the newest intact snapshot at or below the last
         seq, and the events after that. One transaction also means one consistent view: the
         row, the snapshot and the tail can never disagree about the last seq.
+
+        `lagging`: a load for display only (no write is decided on it), which a read replica
+        may serve under the session's fence (`Database.read_lagging`).
         """
-        async with self.db.read(tenant_id) as conn:
+
+        async def load(conn: AsyncConnection) -> SessionLoad | None:
             record = await self._session(conn, tenant_id, session_id)
             if record is None:
                 return None
             return await self._load(conn, record, base)
+
+        if lagging:
+            fence = base[1] if base is not None else 0
+            return await self.db.read_lagging(tenant_id, load, session_id=session_id, fence=fence)
+        async with self.db.read(tenant_id) as conn:
+            return await load(conn)
 
     async def _load(
         self, conn: AsyncConnection, record: SessionRecord, base: tuple[datetime, int] | None

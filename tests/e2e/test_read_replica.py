@@ -226,6 +226,16 @@ async def test_reads_are_fenced_on_a_lagging_replica_and_survive_its_death(
         assert await _seqs(hb, quiet) == [1]
         assert (await _reads(b)).get(("replica", "fenced"), 0) > after.get(("replica", "fenced"), 0)
 
+        # A cold state load for display (B never loaded `quiet`) is a read like the others.
+        before = await _reads(b)
+        shown = await hb.get(f"/v1/sessions/{quiet}/state")
+        assert shown.status_code == 200 and shown.headers["etag"]
+        assert (await _reads(b)).get(("replica", "fenced"), 0) > before.get(
+            ("replica", "fenced"), 0
+        )
+        shown = await hb.get(f"/v1/sessions/{sid}")
+        assert shown.status_code == 200 and shown.json()["last_seq"] == 7
+
         # Strict reads on A miss no write acknowledged before them, so even a session with
         # nothing newer goes to the primary while the replica lags.
         before_a = await _reads(a)

@@ -100,6 +100,21 @@ async def test_a_fence_past_the_replicas_head_reads_the_primary(
     assert reads.reads == {("primary", "behind"): 4}
 
 
+async def test_a_cold_load_for_display_may_go_to_the_replica(
+    routed: tuple[Stores, Reads, ReplicaSet], tenant: TenantKey
+) -> None:
+    stores, reads, _ = routed
+    t = tenant.tenant_id
+    await stores.ledger.create_session(t, session=_new("s"), events=_items(3))
+    reads.reads.clear()
+    found = await stores.ledger.load_session(t, "s", lagging=True)
+    assert found is not None and found.session.last_seq == 3 and len(found.tail) == 3
+    assert await stores.ledger.load_session(t, "s") is not None  # to decide a write: primary
+    stores.database.heads.saw(Wakeup(t, "s", 5))
+    assert await stores.ledger.load_session(t, "s", lagging=True) is not None
+    assert reads.reads == {("replica", "fenced"): 1, ("primary", "behind"): 1}
+
+
 async def test_own_commits_fence_this_process_reads(
     routed: tuple[Stores, Reads, ReplicaSet], tenant: TenantKey
 ) -> None:
