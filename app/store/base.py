@@ -38,6 +38,14 @@ READ_BEHIND = "behind"  # the replica had not (or lacks the session): the primar
 READ_UNAVAILABLE = "unavailable"  # the replica failed: the primary
 
 
+def _recovery_conflict(exc: BaseException) -> bool:
+    """Whether `exc` is a standby's "canceling statement due to conflict with recovery"
+    (SQLSTATE class 40, which a read-only transaction meets only so)."""
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return isinstance(state, str) and state.startswith("40")
+
+
 class _Behind(Exception):
     """The replica has not applied the read's fence: the primary serves it."""
 
@@ -210,8 +218,13 @@ class Database(ABC):
                 reason = READ_BEHIND
                 self.replicas.succeeded(replica)
             except Exception as exc:  # a replica's failure is never the caller's
-                self.replicas.failed(replica, exc)
-                reason = READ_UNAVAILABLE
+                if _recovery_conflict(exc):
+                    # A hot standby cancels a query that WAL replay must not wait for:
+                    # this read goes to the primary, the replica stays in use.
+                    reason = READ_BEHIND
+                else:
+                    self.replicas.failed(replica, exc)
+                    reason = READ_UNAVAILABLE
         self.observer.db_read(target="primary", reason=reason)
         async with self.read(tenant_id) as conn:
             return await work(conn)
