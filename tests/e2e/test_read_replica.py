@@ -268,23 +268,35 @@ async def test_reads_are_fenced_on_a_lagging_replica_and_survive_its_death(
         after_a = await _reads(a)
         assert after_a.get(("replica", "fenced"), 0) > before_a.get(("replica", "fenced"), 0)
 
+        # Strict reads on A see every write B acknowledged before them, replica or not.
+        before_a = await _reads(a)
+        for _ in range(15):
+            head = await append_item(hb, sid, "written on b")
+            assert (await _seqs(ha, sid, after_seq=head - 1)) == [head]
+            created = await new_session(hb)
+            listed = await ha.get("/v1/sessions", params={"limit": 5})
+            assert created in {s["session_id"] for s in listed.json()["data"]}
+        after_a = await _reads(a)
+        served = {k: after_a.get(k, 0) - before_a.get(k, 0) for k in after_a}
+        assert sum(served.values()) >= 30, served
+
         # The replica dies: no client notices.
         replica.stop("immediate")
         for http in (ha, hb):
-            assert await _seqs(http, sid) == list(range(1, 10))
+            assert await _seqs(http, sid) == list(range(1, head + 1))
             assert await _seqs(http, quiet) == [1]
-            listed = await http.get("/v1/sessions", params={"limit": 10})
+            listed = await http.get("/v1/sessions", params={"limit": 100})
             assert listed.status_code == 200 and {quiet, sid} <= {
                 s["session_id"] for s in listed.json()["data"]
             }
-        assert await append_item(ha, sid, "after death") == 10
-        assert await _seqs(hb, sid, after_seq=9) == [10]
+        assert await append_item(ha, sid, "after death") == head + 1
+        assert await _seqs(hb, sid, after_seq=head) == [head + 1]
 
-        async def write_eleven() -> None:
-            await append_item(ha, sid, "live 11")
+        async def write_one_more() -> None:
+            await append_item(ha, sid, "live, replica dead")
 
-        ids = await _stream_ids(hb, sid, 8, then=write_eleven, until=11)
-        assert ids == [9, 10, 11]
+        ids = await _stream_ids(hb, sid, head - 1, then=write_one_more, until=head + 2)
+        assert ids == [head, head + 1, head + 2]
         reads = await _reads(b)
         assert (
             reads.get(("primary", "unavailable"), 0) + reads.get(("primary", "no_replica"), 0) > 0
