@@ -192,6 +192,8 @@ def enter_stores(
         pgbouncer=settings.db_pgbouncer,
     )
     stack.push_async_callback(stores.flush_wakeups)
+    if settings.read_urls and settings.is_sqlite:
+        log.warning("ASR_DATABASE_READ_URLS is ignored: SQLite has no read replicas")
     if settings.read_urls and not settings.is_sqlite:
         engines = [make_read_engine(settings, url) for url in settings.read_urls]
         replicas = ReplicaSet(
