@@ -201,15 +201,14 @@ class Database(ABC):
                     if flushed is not None and not await self.replicas.caught_up(conn, flushed):
                         raise _Behind
                     await self._scope(conn, tenant_id)
-                    head: int | None = 0
-                    if need is not None:
-                        head = await conn.scalar(
-                            select(sessions.c.last_seq).where(
-                                sessions.c.tenant_id == tenant_id,
-                                sessions.c.session_id == need[0],
-                            )
-                        )
-                    if need is None or (head is not None and head >= need[1]):
+                    if need is None or await self.replicas.has_applied(
+                        conn,
+                        select(sessions.c.last_seq).where(
+                            sessions.c.tenant_id == tenant_id,
+                            sessions.c.session_id == need[0],
+                        ),
+                        need[1],
+                    ):
                         result = await work(conn)
                         self.observer.db_read(target="replica", reason=READ_FENCED)
                         return result

@@ -9,8 +9,8 @@ what its caller is known to have seen: the seq after which it asks (`after_seq`,
 process knows the session to have (its own commits, every NOTIFY it heard from the primary,
 the session rows it read there: `KnownHeads`). That is the **fence**. On the replica, in the read's
 own transaction, the session's row is read first; if the replica does not have the session,
-or its `last_seq` is below the fence, the replica has not applied the caller's past and the
-read goes to the primary instead. A read of no session (a list) is fenced by the tenant's
+or its `last_seq` is below the fence (after waiting up to `ASR_DB_READ_WAIT_MS` for it), the
+replica has not applied the caller's past and the read goes to the primary instead. A read of no session (a list) is fenced by the tenant's
 latest known (session, seq) the same way: WAL is applied in commit order, so a replica that
 shows that commit shows every earlier one. The row is read before the page in the same
 transaction; under READ COMMITTED the page's statement sees a snapshot at least as new, so
@@ -43,6 +43,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -177,6 +178,20 @@ class ReplicaSet:
     async def _ask_flushed(self) -> int:
         async with self.primary.connect() as conn:
             return lsn_bytes((await conn.execute(_PRIMARY_FLUSHED)).scalar_one())
+
+    async def has_applied(self, conn: Any, head: Any, seq: int) -> bool:
+        """Whether the replica of `conn` shows the session row `head` selects at `seq` or
+        later, waiting up to `wait_seconds` for it (a healthy replica is milliseconds
+        behind: the live path's reads right after a commit are served there once it has
+        applied the commit, instead of all falling on the primary)."""
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            last_seq = await conn.scalar(head)
+            if last_seq is not None and last_seq >= seq:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_WAIT_STEP_SECONDS)
 
     async def caught_up(self, conn: object, lsn: int) -> bool:
         """Whether the replica of `conn` has applied `lsn`, waiting up to `wait_seconds`
