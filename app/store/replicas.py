@@ -4,9 +4,9 @@ from showing a caller less than it already saw.
 A streaming replica applies the primary's WAL some time after the primary committed it. A
 read that tolerates that lag (an event page, an SSE catch-up, an export, a list) may be
 served there (and so may a cold load of a session's state for display), but never below what
-its caller is known to have seen: the seq after which it asks (`after_seq`, `Last-Event-
-ID`), the seq up to which it asks (`until_seq`), and the highest seq this process knows the
-session to have (its own commits, every NOTIFY it heard from the primary, the session rows
+its caller is known to have seen: the seq after which it asks (`after_seq`,
+`Last-Event-ID`), the seq up to which it asks (`until_seq`), and the highest seq this
+process knows the session to have (its own commits, every NOTIFY it heard from the primary, the session rows
 it read there: `KnownHeads`). That is the **fence**. On the replica, in the read's own
 transaction, the session's row is read first; if the replica does not have the session, or
 its `last_seq` is below the fence (after waiting up to `ASR_DB_READ_WAIT_MS` for it), the
