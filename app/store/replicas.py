@@ -6,15 +6,16 @@ read that tolerates that lag (an event page, an SSE catch-up, an export, a list)
 served there (and so may a cold load of a session's state for display), but never below what
 its caller is known to have seen: the seq after which it asks (`after_seq`,
 `Last-Event-ID`), the seq up to which it asks (`until_seq`), and the highest seq this
-process knows the session to have (its own commits, every NOTIFY it heard from the primary, the session rows
-it read there: `KnownHeads`). That is the **fence**. On the replica, in the read's own
-transaction, the session's row is read first; if the replica does not have the session, or
-its `last_seq` is below the fence (after waiting up to `ASR_DB_READ_WAIT_MS` for it), the
-replica has not applied the caller's past and the read goes to the primary instead. A read
-of no session (a list) is fenced by the tenant's latest known (session, seq) the same way:
-WAL is applied in commit order, so a replica that shows that commit shows every earlier one.
-The row is read before the page in the same transaction; under READ COMMITTED the page's
-statement sees a snapshot at least as new, so the page holds everything up to the fence.
+process knows the session to have (its own commits, every NOTIFY it heard from the primary,
+the session rows it read there: `KnownHeads`). That is the **fence**. On the replica, in the
+read's own transaction, the session's row is read first; if the replica does not have the
+session, or its `last_seq` is below the fence (after waiting up to `ASR_DB_READ_WAIT_MS` for
+it), the replica has not applied the caller's past and the read goes to the primary instead.
+A read of no session (a list) is fenced by the tenant's latest known (session, seq) the same
+way: WAL is applied in commit order, so a replica that shows that commit shows every earlier
+one. The row is read before the page in the same transaction; under READ COMMITTED the
+page's statement sees a snapshot at least as new, so the page holds everything up to the
+fence.
 
 That is `ASR_DB_READ_CONSISTENCY=session`. `strict` (the default) adds a fence for what this
 process cannot know (a write another server took a moment ago): the primary's WAL flush
