@@ -57,8 +57,9 @@ from app.runtime.webhooks.service import Webhooks
 from app.runtime.webhooks.targets import TargetPolicy, parse_networks
 from app.services import Services
 from app.settings import Settings
-from app.store.engine import make_engine
+from app.store.engine import make_engine, make_read_engine
 from app.store.migrations import script_revisions
+from app.store.replicas import Replica, ReplicaSet
 from app.store.stores import Stores, open_stores
 from app.store.webhooks import WebhookStore
 
@@ -201,6 +202,23 @@ def enter_stores(
         pgbouncer=settings.db_pgbouncer,
     )
     stack.push_async_callback(stores.flush_wakeups)
+    if settings.read_urls and settings.is_sqlite:
+        log.warning("ASR_DATABASE_READ_URLS is ignored: SQLite has no read replicas")
+    if settings.read_urls and not settings.is_sqlite:
+        engines = [make_read_engine(settings, url) for url in settings.read_urls]
+        replicas = ReplicaSet(
+            [Replica(i, read_engine) for i, read_engine in enumerate(engines)],
+            primary=engine,
+            timeout=settings.db_read_timeout_seconds,
+            health_seconds=settings.db_read_health_seconds,
+            consistency=settings.db_read_consistency,
+            wait_seconds=settings.db_read_wait_ms / 1000,
+        )
+        stores.database.replicas = replicas
+        replicas.start()
+        stack.push_async_callback(replicas.stop)
+        if metrics is not None:
+            metrics.replica_stats = replicas.stats
     return stores
 
 

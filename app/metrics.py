@@ -12,7 +12,8 @@ known vocabulary collapse to `other`; no label ever holds a tenant, session, run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -47,6 +48,8 @@ SKIP_REASONS = frozenset(
     }
 )
 TRIGGERS = frozenset({"schedule", "manual"})
+READ_TARGETS = frozenset({"replica", "primary"})
+READ_REASONS = frozenset({"fenced", "behind", "unavailable", "no_replica"})
 UNMATCHED_ROUTE = "unmatched"
 OTHER = "other"
 
@@ -140,6 +143,35 @@ class Metrics:
             buckets=_RUN_BUCKETS,
             registry=r,
         )
+        self.db_reads = Counter(
+            "asr_db_reads",
+            "Reads that tolerate lag (event pages, catch-up, exports, lists), by where they"
+            " were served (replica, primary) and why: fenced (the replica had applied the"
+            " caller's fence), behind, unavailable, no_replica.",
+            ["target", "reason"],
+            registry=r,
+        )
+        self.replica_up = Gauge(
+            "asr_db_replica_up",
+            "Whether a read replica (by its position in ASR_DATABASE_READ_URLS) is in use.",
+            ["replica"],
+            registry=r,
+        )
+        self.replica_lag_bytes = Gauge(
+            "asr_db_replica_lag_bytes",
+            "WAL a read replica has yet to apply, at its last probe (-1: unknown).",
+            ["replica"],
+            registry=r,
+        )
+        self.replica_lag_seconds = Gauge(
+            "asr_db_replica_lag_seconds",
+            "Seconds since the last transaction a lagging read replica applied, at its last"
+            " probe (0 when caught up, -1 unknown).",
+            ["replica"],
+            registry=r,
+        )
+        # Set by the app when it has read replicas: their state, read at each scrape.
+        self.replica_stats: Callable[[], list[dict[str, Any]]] | None = None
         self.schedule_fires = Counter(
             "asr_schedule_fires",
             "Schedule ticks that started a run, by trigger (schedule or manual).",
@@ -204,6 +236,11 @@ class Metrics:
     def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
         self.schedule_skips.labels(reason=_bounded(reason, SKIP_REASONS)).inc(max(ticks, 0))
 
+    def db_read(self, *, target: str, reason: str) -> None:
+        self.db_reads.labels(
+            target=_bounded(target, READ_TARGETS), reason=_bounded(reason, READ_REASONS)
+        ).inc()
+
     # -------------------------------------------------------------------- HTTP
 
     def observe_http(self, *, method: str, route: str, status: int, seconds: float) -> None:
@@ -214,4 +251,15 @@ class Metrics:
 
     def render(self) -> bytes:
         """The exposition in Prometheus text format."""
+        if self.replica_stats is not None:
+            for stat in self.replica_stats():
+                label = str(stat["replica"])
+                self.replica_up.labels(replica=label).set(1 if stat["up"] else 0)
+                lag_bytes, lag_seconds = stat["lag_bytes"], stat["lag_seconds"]
+                self.replica_lag_bytes.labels(replica=label).set(
+                    -1 if lag_bytes is None else lag_bytes
+                )
+                self.replica_lag_seconds.labels(replica=label).set(
+                    -1 if lag_seconds is None else lag_seconds
+                )
         return generate_latest(self.registry)

@@ -34,6 +34,43 @@ class Settings(BaseSettings):
         description="ASR_DATABASE_URL points at PgBouncer in transaction pooling mode: no "
         "server-side prepared statement caching, unique statement names.",
     )
+    database_read_urls: str = Field(
+        default="",
+        description="Comma-separated postgresql+asyncpg:// URLs of streaming read replicas of "
+        "ASR_DATABASE_URL. Reads that tolerate a bounded lag (event pages, SSE catch-up, "
+        "exports, session lists) go to them, each fenced by the least seq its caller is known "
+        "to have seen: a replica that has not applied it is not used for that read. Writes "
+        "and everything in a transaction stay on the primary. Empty: no replicas.",
+    )
+    db_read_consistency: Literal["strict", "session"] = Field(
+        default="strict",
+        description="What a read on a read replica may miss. strict: nothing acknowledged "
+        "before the read began, on any replica of the service (the replica must have applied "
+        "the primary's WAL flush position, asked once per burst of reads; it is waited for "
+        "up to ASR_DB_READ_WAIT_MS, else the primary serves). session: only what the caller "
+        "sent (after_seq, Last-Event-ID) and what this replica of the service committed or "
+        "heard announced by NOTIFY; no round trip to the primary.",
+    )
+    db_read_wait_ms: float = Field(
+        default=20.0,
+        ge=0,
+        le=1000,
+        description="How long a read waits for a read replica to apply its fence before the "
+        "primary serves it instead.",
+    )
+    db_read_timeout_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How long a read replica may take to connect or answer a health probe "
+        "before it is skipped (and backed off) and the read goes to the primary.",
+    )
+    db_read_health_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="How often each read replica's health and lag are probed.",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(
@@ -425,6 +462,14 @@ class Settings(BaseSettings):
             raise ValueError("database_url must use sqlite+aiosqlite:// or postgresql+asyncpg://")
         return value
 
+    @field_validator("database_read_urls")
+    @classmethod
+    def _postgres_read_urls(cls, value: str) -> str:
+        for url in split_origins(value):
+            if not url.startswith("postgresql+asyncpg://"):
+                raise ValueError("database_read_urls must be postgresql+asyncpg:// URLs")
+        return value
+
     @field_validator("listen_database_url")
     @classmethod
     def _postgres_listen_url(cls, value: str | None) -> str | None:
@@ -480,6 +525,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def read_urls(self) -> list[str]:
+        """The read replicas' URLs (`ASR_DATABASE_READ_URLS`), in order."""
+        return split_origins(self.database_read_urls)
 
     @property
     def direct_url(self) -> str:

@@ -287,6 +287,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "ASR_SSE_MAX_STREAMS_PER_TENANT": str(max(counts) + 10),
         "ASR_LOG_LEVEL": "warning",
     }
+    if getattr(args, "read_urls", None):
+        env["ASR_DATABASE_READ_URLS"] = args.read_urls
+        env["ASR_DB_READ_CONSISTENCY"] = getattr(args, "consistency", None) or "strict"
     server = await asyncio.to_thread(start_server, database_url, workdir / "server.log", **env)
     try:
         results = []
@@ -322,6 +325,11 @@ def _parser() -> argparse.ArgumentParser:
         "--database-url",
         default=None,
         help="default: a temporary SQLite file; or postgresql+asyncpg://...",
+    )
+    parser.add_argument(
+        "--read-urls",
+        default=None,
+        help="ASR_DATABASE_READ_URLS for the server: read replicas of --database-url",
     )
     return parser
 

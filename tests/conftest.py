@@ -282,6 +282,7 @@ SLOW = (
     # Servers killed, stopped or restarted mid-work, and the database lost.
     "e2e/test_run_durability.py",  # R5, R12: SIGKILL at random points, takeovers
     "e2e/test_graceful_shutdown.py",
+    "e2e/test_read_replica.py",  # a primary and a streaming replica of its own, two servers
     "e2e/test_issue_17_database_outage.py::test_an_outage_is_a_503",
     # Two tenants written through every content path, one erased, every table scanned.
     "api/rest/test_erasure.py::test_erasing_a_tenant_leaves",

@@ -123,6 +123,25 @@ def throwaway_cluster(*, tls: bool = False, required: bool = False) -> Iterator[
         shutil.rmtree(root, ignore_errors=True)
 
 
+def streaming_replica(primary: ThrowawayPostgres) -> ThrowawayPostgres:
+    """A hot standby of `primary` in a temporary folder of its own, streaming from it
+    (`pg_basebackup -R -X stream`), started. The caller stops it and removes `root`."""
+    tool = pg_bin("pg_basebackup")
+    assert tool is not None
+    root = Path(tempfile.mkdtemp(prefix="asr-pg-replica-"))
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        os.chown(root, user.pw_uid, user.pw_gid)
+    replica = ThrowawayPostgres(root)
+    primary._run(
+        tool,
+        *("-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres"),
+        *("-D", str(replica.data), "-R", "-X", "stream", "--no-sync"),
+    )
+    replica.start()
+    return replica
+
+
 def _missing(*, tls: bool) -> str | None:
     if pg_bin("initdb") is None or pg_bin("pg_ctl") is None:
         return "PostgreSQL server binaries (initdb, pg_ctl) not installed"

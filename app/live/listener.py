@@ -107,6 +107,8 @@ class PostgresNotifyBus(EventBus):
     def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         wakeup = decode_wakeup(payload)
         if wakeup is not None:
+            # The seq a NOTIFY announced fences this process's reads on a read replica.
+            self._store.db.heads.saw(wakeup)
             self.publish_committed(wakeup)
 
     def _on_control_notification(

@@ -54,6 +54,11 @@ class Observer(Protocol):
     def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
         """`ticks` of a schedule started no run: missed, the session busy or gone, ..."""
 
+    def db_read(self, *, target: str, reason: str) -> None:
+        """A read that tolerates lag was served by `target` (replica or primary), and why:
+        fenced (the replica had applied the caller's fence), behind (it had not),
+        unavailable (it failed) or no_replica (none usable)."""
+
 
 class NullObserver:
     """Reports nowhere: the default for the CLI and for code built without metrics."""
@@ -94,6 +99,9 @@ class NullObserver:
         return None
 
     def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
+        return None
+
+    def db_read(self, *, target: str, reason: str) -> None:
         return None
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import Row
+from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.observer import NullObserver, Observer
@@ -18,6 +18,8 @@ from app.runtime.ports import SessionRecord, Wakeup
 from app.runtime.session.events import Event
 from app.store.announce import Announcer, Notifier
 from app.store.engine import WRITE_OPTION
+from app.store.replicas import STRICT, KnownHeads, ReplicaSet
+from app.store.tables import sessions
 from app.tracing import span
 
 # The tenant of a transaction that names none. On PostgreSQL the row-level policies admit
@@ -25,6 +27,27 @@ from app.tracing import span
 # the schema's revision) and for SQLite's cross-tenant statements (`app.store.sqlite`).
 # There is no value that admits every tenant: see `app.store.cross_tenant`.
 NO_TENANT = None
+
+
+T = TypeVar("T")
+
+# Why a lagging read was served where it was (the `reason` of `Observer.db_read`).
+READ_NO_REPLICA = "no_replica"  # none configured, or every one backed off
+READ_FENCED = "fenced"  # the replica had applied the fence: served there
+READ_BEHIND = "behind"  # the replica had not (or lacks the session): the primary
+READ_UNAVAILABLE = "unavailable"  # the replica failed: the primary
+
+
+def _recovery_conflict(exc: BaseException) -> bool:
+    """Whether `exc` is a standby's "canceling statement due to conflict with recovery"
+    (SQLSTATE class 40, which a read-only transaction meets only so)."""
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return isinstance(state, str) and state.startswith("40")
+
+
+class _Behind(Exception):
+    """The replica has not applied the read's fence: the primary serves it."""
 
 
 def utcnow() -> datetime:
@@ -63,6 +86,11 @@ class Database(ABC):
         self.announcer = Announcer(notifier=notifier)
         # Writers queue here in order (SQLite's single writer) instead of in the database.
         self._write_lock: asyncio.Lock | None = None
+        # Read replicas (PostgreSQL, ASR_DATABASE_READ_URLS), and what fences reads there:
+        # the heads of this process's own commits here, the NOTIFYs' by the live listener.
+        self.replicas: ReplicaSet | None = None
+        self.heads = KnownHeads()
+        self.announcer.listeners.append(self.heads.saw)
 
     @asynccontextmanager
     async def write(self, tenant_id: str | None) -> AsyncIterator[AsyncConnection]:
@@ -132,6 +160,73 @@ class Database(ABC):
             if tenant_id is not NO_TENANT:
                 await self._scope(conn, tenant_id)
             yield conn
+
+    async def read_lagging(
+        self,
+        tenant_id: str,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        session_id: str | None = None,
+        fence: int = 0,
+    ) -> T:
+        """`work` in a read transaction for `tenant_id`, on a read replica when one has
+        applied the fence, else on the primary (`app.store.replicas` says why it is sound).
+
+        Only for reads that tolerate a bounded lag and decide no write. With `session_id`,
+        the fence is the higher of `fence` (the least seq the caller has seen) and the
+        session's head known to this process, and a replica without the session is not
+        trusted either; without it, the tenant's latest known commit.
+        """
+        replica = self.replicas.pick() if self.replicas is not None else None
+        reason = READ_NO_REPLICA
+        if replica is not None:
+            assert self.replicas is not None
+            if session_id is not None:
+                need: tuple[str, int] | None = (
+                    session_id,
+                    max(fence, self.heads.session(tenant_id, session_id)),
+                )
+            else:
+                need = self.heads.tenant(tenant_id)
+            flushed: int | None = None
+            if self.replicas.consistency == STRICT:
+                try:
+                    flushed = await self.replicas.primary_flushed()
+                except Exception:  # the primary's trouble: its own read below reports it
+                    replica = None
+        if replica is not None:
+            assert self.replicas is not None
+            try:
+                async with replica.engine.connect() as conn, conn.begin():
+                    if flushed is not None and not await self.replicas.caught_up(conn, flushed):
+                        raise _Behind
+                    await self._scope(conn, tenant_id)
+                    if need is None or await self.replicas.has_applied(
+                        conn,
+                        select(sessions.c.last_seq).where(
+                            sessions.c.tenant_id == tenant_id,
+                            sessions.c.session_id == need[0],
+                        ),
+                        need[1],
+                    ):
+                        result = await work(conn)
+                        self.observer.db_read(target="replica", reason=READ_FENCED)
+                        return result
+                raise _Behind
+            except _Behind:
+                reason = READ_BEHIND
+                self.replicas.succeeded(replica)
+            except Exception as exc:  # a replica's failure is never the caller's
+                if _recovery_conflict(exc):
+                    # A hot standby cancels a query that WAL replay must not wait for:
+                    # this read goes to the primary, the replica stays in use.
+                    reason = READ_BEHIND
+                else:
+                    self.replicas.failed(replica, exc)
+                    reason = READ_UNAVAILABLE
+        self.observer.db_read(target="primary", reason=reason)
+        async with self.read(tenant_id) as conn:
+            return await work(conn)
 
     @abstractmethod
     async def _scope(self, conn: AsyncConnection, tenant_id: str) -> None:

@@ -68,6 +68,25 @@ def make_engine(settings: Settings) -> AsyncEngine:
     return engine
 
 
+def make_read_engine(settings: Settings, url: str) -> AsyncEngine:
+    """An engine for one read replica (`ASR_DATABASE_READ_URLS`): as the primary's, but
+    smaller, and quick to give up, so a dead replica is skipped (and the read served by the
+    primary) within `db_read_timeout_seconds` rather than after the driver's minute."""
+    read_url, tls_args = pool_options(make_url(url))
+    timeout = settings.db_read_timeout_seconds
+    engine = create_async_engine(
+        read_url,
+        pool_size=max(2, settings.db_pool_size // 2),
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=timeout,
+        pool_use_lifo=True,
+        connect_args={**tls_args, "timeout": timeout},
+        json_deserializer=loads,
+    )
+    _install_idle_ping(engine)
+    return engine
+
+
 def behind_pgbouncer(engine: AsyncEngine) -> bool:
     """Whether `engine` was made for PgBouncer in transaction pooling mode (`make_engine`).
 

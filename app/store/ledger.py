@@ -127,9 +127,15 @@ class LedgerStore(ABC):
     # ----------------------------------------------------------------- sessions
 
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
-        """The session row, or None (also when it belongs to another tenant)."""
+        """The session row, or None (also when it belongs to another tenant).
+
+        Read on the primary; its `last_seq` then fences this process's reads of the session
+        on a read replica (a stream that read the head here replays at least up to it)."""
         async with self.db.read(tenant_id) as conn:
-            return await self._session(conn, tenant_id, session_id)
+            record = await self._session(conn, tenant_id, session_id)
+        if record is not None:
+            self.db.heads.read(tenant_id, session_id, record.last_seq)
+        return record
 
     async def _session(
         self, conn: AsyncConnection, tenant_id: str, session_id: str
@@ -137,7 +143,12 @@ class LedgerStore(ABC):
         return await read_session(conn, tenant_id, session_id)
 
     async def load_session(
-        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        base: tuple[datetime, int] | None = None,
+        lagging: bool = False,
     ) -> SessionLoad | None:
         """Everything resuming a session reads, in one read transaction (None: no session).
 
@@ -146,12 +157,22 @@ class LedgerStore(ABC):
         events after it are read; otherwise the newest intact snapshot at or below the last
         seq, and the events after that. One transaction also means one consistent view: the
         row, the snapshot and the tail can never disagree about the last seq.
+
+        `lagging`: a load for display only (no write is decided on it), which a read replica
+        may serve under the session's fence (`Database.read_lagging`).
         """
-        async with self.db.read(tenant_id) as conn:
+
+        async def load(conn: AsyncConnection) -> SessionLoad | None:
             record = await self._session(conn, tenant_id, session_id)
             if record is None:
                 return None
             return await self._load(conn, record, base)
+
+        if lagging:
+            fence = base[1] if base is not None else 0
+            return await self.db.read_lagging(tenant_id, load, session_id=session_id, fence=fence)
+        async with self.db.read(tenant_id) as conn:
+            return await load(conn)
 
     async def _load(
         self, conn: AsyncConnection, record: SessionRecord, base: tuple[datetime, int] | None
@@ -189,9 +210,14 @@ class LedgerStore(ABC):
         for key, value in (metadata or {}).items():
             stmt = stmt.where(sessions.c.metadata[key].as_string() == value)
         stmt = stmt.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc())
-        async with self.db.read(tenant_id) as conn:
+
+        async def page(conn: AsyncConnection) -> list[SessionRecord]:
             rows = (await conn.execute(stmt.limit(limit))).all()
-        return [session_from_row(r) for r in rows]
+            return [session_from_row(r) for r in rows]
+
+        # A list tolerates lag: a read replica may serve it, fenced by the tenant's latest
+        # commit this process knows of (`Database.read_lagging`).
+        return await self.db.read_lagging(tenant_id, page)
 
     async def count_sessions(self, tenant_id: str) -> int:
         async with self.db.read(tenant_id) as conn:
@@ -228,8 +254,14 @@ class LedgerStore(ABC):
         run_id: str | None = None,
         limit: int | None = None,
     ) -> list[Event]:
-        """Events in seq order; filters combine with AND."""
-        async with self.db.read(tenant_id) as conn:
+        """Events in seq order; filters combine with AND.
+
+        A page tolerates lag (a caller reads on from its last seq), so a read replica may
+        serve it, fenced by the seqs the caller names (`after_seq` it has seen, `until_seq`
+        it knows exists) and the session's head this process knows of: the page never ends
+        before what the caller already saw (`Database.read_lagging`)."""
+
+        async def page(conn: AsyncConnection) -> list[Event]:
             return await self._events(
                 conn,
                 tenant_id,
@@ -240,6 +272,9 @@ class LedgerStore(ABC):
                 run_id=run_id,
                 limit=limit,
             )
+
+        fence = max(after_seq, until_seq or 0)
+        return await self.db.read_lagging(tenant_id, page, session_id=session_id, fence=fence)
 
     @abstractmethod
     async def _events(

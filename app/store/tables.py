@@ -140,14 +140,15 @@ session_events = Table(
     Column("payload", Json, nullable=False),
     Column("created_at", Timestamp, nullable=False),
     PrimaryKeyConstraint("tenant_id", "session_id", "seq"),
-    UniqueConstraint("event_id"),
-    UniqueConstraint("position"),
+    # Both lead with tenant_id, as every key does: a shard checks only its own rows.
+    UniqueConstraint("tenant_id", "event_id"),
+    # Also the tenant-wide timeline's index, in position order.
+    UniqueConstraint("tenant_id", "position"),
     ForeignKeyConstraint(
         ["tenant_id", "session_id"],
         ["sessions.tenant_id", "sessions.session_id"],
         ondelete="CASCADE",
     ),
-    Index(None, "tenant_id", "position"),
     # The tenant-wide timeline reads in (xact_id, position) order (PostgreSQL).
     Index(None, "tenant_id", "xact_id", "position"),
 )
@@ -270,7 +271,7 @@ webhook_deliveries = Table(
     Column("created_at", Timestamp, nullable=False),
     # Per subscription and session, in seq order: only the oldest pending row is due.
     PrimaryKeyConstraint("tenant_id", "webhook_id", "session_id", "seq"),
-    UniqueConstraint("webhook_id", "event_id"),
+    UniqueConstraint("tenant_id", "webhook_id", "event_id"),
     ForeignKeyConstraint(
         ["tenant_id", "webhook_id"],
         ["webhook_subscriptions.tenant_id", "webhook_subscriptions.webhook_id"],
@@ -380,7 +381,15 @@ TENANT_TABLES = (
     "webhook_deliveries",
 )
 
+# The tables whose keys need not lead with `tenant_id` (`tests/store/test_shard_readiness.py`):
+# the directory, read before a tenant is known (a tenant by name, a key by its prefix), which
+# a database distributed by tenant keeps whole on every node (a reference table), and the
+# bookkeeping of the database itself (SQLite's position counter, the repeatable step's
+# checksums, alembic's version), which holds no tenant's rows.
+GLOBAL_TABLES = ("tenants", "api_keys", "counters", "asr_repeatable", "alembic_version")
+
 __all__ = [
+    "GLOBAL_TABLES",
     "TENANT_TABLES",
     "api_keys",
     "counters",

@@ -41,6 +41,9 @@ class Recorder:
     def run_finished(self, *, stop_reason: str, seconds: float) -> None:
         return None
 
+    def db_read(self, *, target: str, reason: str) -> None:
+        return None
+
 
 @pytest.fixture
 async def own_store(settings: Settings) -> AsyncIterator[Stores]:

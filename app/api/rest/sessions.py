@@ -161,7 +161,7 @@ async def get_session(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -
     """The display snapshot of a session: its row, counts, token estimate, usage, window,
     compaction breaker and last compaction, as a UI shows them.
     """
-    return views.session_display(await runtime.load(tenant.tenant_id, session_id))
+    return views.session_display(await runtime.load(tenant.tenant_id, session_id, display=True))
 
 
 @router.patch(
@@ -267,7 +267,7 @@ async def get_state(session_id: str, tenant: TenantDep, runtime: RuntimeDep) -> 
     seq. Its `ETag` is the session version, for `If-Match` on save and restore; `restore` takes the
     object back as it is.
     """
-    loaded = await runtime.load(tenant.tenant_id, session_id)
+    loaded = await runtime.load(tenant.tenant_id, session_id, display=True)
     return JSONResponse(
         views.recovery_object(loaded), headers={"ETag": _etag(loaded.session.version)}
     )

@@ -128,7 +128,12 @@ class LedgerPort(Protocol):
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
 
     async def load_session(
-        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        base: tuple[datetime, int] | None = None,
+        lagging: bool = False,
     ) -> SessionLoad | None: ...
 
     async def list_sessions(

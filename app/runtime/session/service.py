@@ -133,10 +133,16 @@ class SessionRuntime:
             tenant_id, limit=limit, after=after, status=status, metadata=metadata
         )
 
-    async def load(self, tenant_id: str, session_id: str) -> Loaded:
-        """The session and its current state: cache or snapshot, plus the tail of events."""
+    async def load(self, tenant_id: str, session_id: str, *, display: bool = False) -> Loaded:
+        """The session and its current state: cache or snapshot, plus the tail of events.
+
+        `display`: for showing only (a GET), never to decide a write on: a cold load may
+        then be served by a read replica that has applied what this process knows of the
+        session (the store's fence)."""
         cached = self._cache.get((tenant_id, session_id))
-        found = await self.ledger.load_session(tenant_id, session_id, base=_base_of(cached))
+        found = await self.ledger.load_session(
+            tenant_id, session_id, base=_base_of(cached), lagging=display
+        )
         if found is None:
             raise SessionNotFound(session_id)
         state = self._state_of(found, cached)

@@ -249,10 +249,16 @@ class PostgresLedger(LedgerStore):
         return AppendResult(session=record, events=written)
 
     async def load_session(
-        self, tenant_id: str, session_id: str, *, base: tuple[datetime, int] | None = None
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        base: tuple[datetime, int] | None = None,
+        lagging: bool = False,
     ) -> SessionLoad | None:
-        """With a usable `base` (the caller's cache), one call of `asr_session_tail`: one
-        round trip, whose tail read is bounded by the last seq of the row it read."""
+        """With a usable `base` (the caller's cache), one call of `asr_session_tail` on the
+        primary: one round trip, whose tail read is bounded by the last seq of the row it
+        read. A cold load (no base) for display (`lagging`) may go to a read replica."""
         if base is not None:
             row = await self.writes.functions.call(
                 "asr_session_tail",
@@ -268,7 +274,7 @@ class PostgresLedger(LedgerStore):
                 tail = [event_from_mapping(e) for e in row["o_events"]]
                 record = session_from_mapping(row["o_session"])
                 return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
-        return await super().load_session(tenant_id, session_id, base=base)
+        return await super().load_session(tenant_id, session_id, base=base, lagging=lagging)
 
     async def _events(
         self,

@@ -61,11 +61,11 @@ BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
 
     IF n > 0 THEN
-        -- By the event id alone, so that the one index that answers it (unique on
-        -- event_id) is the plan: a generic plan that also named the session would walk
-        -- the session's rows by its primary key instead.
+        -- By tenant and event id, so that the one index that answers it (unique on
+        -- tenant_id, event_id) is the plan: a generic plan that also named the session
+        -- would walk the session's rows by its primary key instead.
         SELECT e.seq INTO v_first FROM session_events AS e
-         WHERE e.event_id = (p_events->0->>'id');
+         WHERE e.tenant_id = p_tenant AND e.event_id = (p_events->0->>'id');
         IF FOUND THEN
             SELECT x.* INTO s FROM sessions AS x
              WHERE x.tenant_id = p_tenant AND x.session_id = p_session;
