@@ -15,8 +15,8 @@ ledger and one of the webhook outbox did not:
 `tenants` and `api_keys` keep their global keys (name, prefix): they are the directory,
 read before a tenant is known, and would be reference tables (`docs/how-to/scale-out.md`).
 
-Revision ID: 0020
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-09
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0020"
-down_revision: str | None = "0017"
+revision: str = "0019"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
