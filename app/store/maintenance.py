@@ -16,7 +16,7 @@ from app.runtime.webhooks.records import PENDING
 from app.store.base import NO_TENANT, Database, session_from_row
 from app.store.cross_tenant import CrossTenantStore
 from app.store.erasure import ErasureStore
-from app.store.tables import session_snapshots, sessions, webhook_deliveries
+from app.store.tables import session_events, session_snapshots, sessions, webhook_deliveries
 
 
 class MaintenanceStore:
@@ -111,7 +111,8 @@ class MaintenanceStore:
         """Delete all but the `keep` newest snapshots of every session of the tenant.
 
         Events are never touched: whatever a removed snapshot covered is still in the ledger,
-        and the newest snapshot of each session always stays. Returns the rows deleted.
+        the newest snapshot of each session always stays, and so does the one a pruned
+        ledger's HISTORY_PRUNED marker stands on. Returns the rows deleted.
         """
         if keep < 1:
             raise ValueError("keep must be at least 1: the newest snapshot always stays")
@@ -127,7 +128,19 @@ class MaintenanceStore:
             .where(snap.tenant_id == tenant_id)
             .subquery()
         )
-        doomed = select(ranked.c.session_id, ranked.c.seq).where(ranked.c.rank > keep)
+        ev = session_events.c
+        # The snapshot at a pruned ledger's marker is the base its fold starts from: it stays.
+        marker = (
+            select(ev.seq)
+            .where(
+                ev.tenant_id == tenant_id,
+                ev.session_id == ranked.c.session_id,
+                ev.seq == ranked.c.seq,
+                ev.type == "HISTORY_PRUNED",
+            )
+            .exists()
+        )
+        doomed = select(ranked.c.session_id, ranked.c.seq).where(ranked.c.rank > keep, ~marker)
         async with self.db.write(tenant_id) as conn:
             result = await conn.execute(
                 delete(session_snapshots).where(

@@ -233,7 +233,10 @@ class SaveRead(BaseModel):
 class ProjectionRead(BaseModel):
     session_id: str
     seq: int
-    memory: MemoryRead = Field(description="The fold of the whole ledger from seq 1.")
+    memory: MemoryRead = Field(
+        description="The fold of the whole ledger from seq 1 (of a pruned ledger: from the"
+        " snapshot kept at its HISTORY_PRUNED marker)."
+    )
     equals_live: bool = Field(description="Whether the fold equals the live session memory.")
 
 

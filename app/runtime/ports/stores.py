@@ -7,7 +7,7 @@ their implementations; the webhooks' port is beside its records
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,6 +21,8 @@ from app.runtime.ports.records import (
     IdempotencyToken,
     NewRun,
     NewSession,
+    PruneFacts,
+    PruneOutcome,
     RunFinish,
     RunRecord,
     ScheduleRecord,
@@ -186,6 +188,27 @@ class LedgerPort(Protocol):
     async def save_snapshot(
         self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]
     ) -> bool: ...
+
+    async def prune_session(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        decide: Callable[[PruneFacts], int | str],
+        mark: Callable[[PruneFacts, int, int], NewEvent],
+        dry_run: bool = False,
+    ) -> PruneOutcome | None:
+        """Prune the session's ledger up to a snapshot, in one transaction under the session
+        row's lock, taken without waiting: None when another writer (a replica's pass) holds
+        it, or when there is no such session.
+
+        `decide(facts)` returns the seq of the snapshot to cut at, or why not (a reason);
+        `mark(facts, cut, n)` builds the one HISTORY_PRUNED event put at seq `cut` in place
+        of the `n` events up to it (the earlier marker not counted). Events at or below the
+        cut and snapshots below it are deleted; `last_seq`, `version` and the state stay as
+        they are. In a dry run nothing is written and the outcome says what would go.
+        """
+        ...
 
 
 class IdempotencyPort(Protocol):

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from app.runtime.errors import (
     BindingMismatch,
+    HistoryPrunedError,
     IdempotencyKeyReused,
     InvalidForkPoint,
     InvalidItems,
@@ -42,6 +43,7 @@ from app.runtime.ports import (
     NewRun,
     NewSession,
     NoLiveFrames,
+    PruneOutcome,
     RunFinish,
     RunPort,
     RunRecord,
@@ -55,6 +57,7 @@ from app.runtime.session import event_payloads as ev
 from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.metadata import check_metadata_size
 from app.runtime.session.projector import apply_event, fold
+from app.runtime.session.pruning import BUSY, cut_point, history_pruned, pruned_at
 from app.runtime.session.shared_state import check_state_size, patch_events, set_events
 from app.runtime.session.state import SessionState, validate_recovery_object
 from app.runtime.session.store_writer import StoreWriter
@@ -273,10 +276,53 @@ class SessionRuntime:
         )
 
     async def projection(self, tenant_id: str, session_id: str) -> tuple[Loaded, SessionState]:
-        """(live state, fold of the whole ledger from seq 1 to the same seq)."""
+        """(live state, fold of the whole ledger from seq 1 to the same seq).
+
+        A pruned ledger starts with its marker: the fold starts from the snapshot kept at
+        the marker's seq (the state the pruned prefix folded to) instead of from nothing."""
         loaded = await self.load(tenant_id, session_id)
         events = await self.ledger.list_events(tenant_id, session_id, until_seq=loaded.state.seq)
-        return loaded, fold(None, events)
+        return loaded, await self._fold_ledger(tenant_id, session_id, events)
+
+    async def _fold_ledger(
+        self, tenant_id: str, session_id: str, events: builtins.list[Event]
+    ) -> SessionState:
+        """The fold of a ledger read from its start (which a prune's marker may begin)."""
+        cut = pruned_at(events)
+        if cut is None:
+            return fold(None, events)
+        snap = await self.ledger.get_snapshot(tenant_id, session_id, at_or_below=cut)
+        if snap is None or snap.seq != cut:
+            raise HistoryPrunedError(cut)
+        return fold(SessionState.from_json(snap.state), events[1:])
+
+    async def history_start(self, tenant_id: str, session_id: str) -> int:
+        """The seq of the ledger's first event: 1, or the marker's seq once pruned."""
+        first = await self.ledger.list_events(tenant_id, session_id, limit=1)
+        cut = pruned_at(first)
+        return 1 if cut is None else cut
+
+    async def prune(
+        self, tenant_id: str, session_id: str, *, min_events: int = 1, dry_run: bool = False
+    ) -> PruneOutcome:
+        """Prune the session's ledger up to its newest snapshot that nothing pending needs
+        (`app.runtime.session.pruning`); state, `last_seq` and version are unchanged, so a
+        cached state stays good.
+
+        Raises:
+            SessionNotFound.
+        """
+        outcome = await self.ledger.prune_session(
+            tenant_id,
+            session_id,
+            decide=lambda facts: cut_point(facts, min_events=min_events),
+            mark=history_pruned,
+            dry_run=dry_run,
+        )
+        if outcome is None:
+            await self.get(tenant_id, session_id)
+            return PruneOutcome(session_id, None, 0, 0, BUSY, dry_run)
+        return outcome
 
     async def history(
         self, tenant_id: str, session_id: str, *, after_seq: int = 0, limit: int = 500
@@ -630,6 +676,12 @@ class SessionRuntime:
         if not 1 <= at <= source.last_seq:
             raise InvalidForkPoint(
                 f"at_seq must be between 1 and {source.last_seq}", last_seq=source.last_seq
+            )
+        if at_seq is not None and at < (start := await self.history_start(tenant_id, session_id)):
+            raise InvalidForkPoint(
+                f"history before seq {start} was pruned: at_seq must be between {start}"
+                f" and {source.last_seq}",
+                last_seq=source.last_seq,
             )
         if metadata is not None:
             check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)

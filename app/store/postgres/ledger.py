@@ -15,12 +15,13 @@ transaction, so that a cursor never steps over an event that commits late.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnClause, bindparam, literal_column, select, tuple_
+from sqlalchemy import ColumnClause, bindparam, literal_column, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import SeqConflict, SessionNotFound, VersionConflict
@@ -56,6 +57,13 @@ from app.store.postgres.writes import SESSION_COLUMNS, SPAN, FunctionWrites
 from app.store.runs import json_text
 from app.store.tables import session_events, sessions
 from app.tracing import span
+
+_T = TypeVar("_T")
+# A prune's marker: the writers' shared insert, in the prune's own transaction.
+_INSERT_MARKER = text(
+    "SELECT asr_insert_events(:tenant, :session, :seq, pg_current_xact_id()::text::bigint,"
+    " now(), CAST(:events AS jsonb))"
+)
 
 # The session row, locked against every other writer until the transaction ends (`hold`).
 _LOCK_SESSION = (
@@ -183,6 +191,35 @@ class PostgresLedger(LedgerStore):
             tenant_id, session_id, arrays, expected_seq, expected_version, None, snapshot,
             idempotency,
         )  # fmt: skip
+
+    async def _prune_transaction(
+        self, tenant_id: str, work: Callable[[AsyncConnection], Coroutine[Any, Any, _T]]
+    ) -> _T:
+        async with self.db.write(tenant_id) as conn:
+            return await work(conn)
+
+    async def _insert_marker(
+        self, conn: AsyncConnection, record: SessionRecord, seq: int, marker: NewEvent
+    ) -> None:
+        """Through `asr_insert_events`, the one place PostgreSQL's writers list an event's
+        columns, as one event ending at `seq` (its outbox rows included)."""
+        clean, _ = self.payloads.persistable_json(marker.payload)
+        event = {
+            "id": str(uuid.uuid4()),
+            "type": str(marker.type),
+            "payload": clean,
+            "run_id": marker.run_id,
+            "turn_id": marker.turn_id,
+        }
+        await conn.execute(
+            _INSERT_MARKER,
+            {
+                "tenant": record.tenant_id,
+                "session": record.session_id,
+                "seq": seq,
+                "events": json_text([event]),
+            },
+        )
 
     @asynccontextmanager
     async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[HeldSession]:
