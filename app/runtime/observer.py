@@ -54,6 +54,11 @@ class Observer(Protocol):
     def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
         """`ticks` of a schedule started no run: missed, the session busy or gone, ..."""
 
+    def retention_applied(
+        self, *, sessions_deleted: int, sessions_pruned: int, events_pruned: int
+    ) -> None:
+        """One retention pass (not a dry run) ended: what this replica deleted and pruned."""
+
 
 class NullObserver:
     """Reports nowhere: the default for the CLI and for code built without metrics."""
@@ -94,6 +99,11 @@ class NullObserver:
         return None
 
     def schedule_skipped(self, *, reason: str, ticks: int = 1) -> None:
+        return None
+
+    def retention_applied(
+        self, *, sessions_deleted: int, sessions_pruned: int, events_pruned: int
+    ) -> None:
         return None
 
 

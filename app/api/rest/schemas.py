@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from app.api.http.inputs import MAX_SEQ, SESSION_ID_PATTERN, RequestBody
 from app.api.rest.event_models import EventRead, EventTypeName
@@ -40,6 +40,18 @@ class SessionCreate(RequestBody):
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
+    expires_at: AwareDatetime | None = Field(
+        default=None,
+        strict=False,  # an RFC 3339 string, read as the time it names
+        description="Delete the session at this time (its own retention; with a time zone).",
+    )
+    idle_ttl_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=3_153_600_000,
+        description="Delete the session when not updated for this long (over the tenant's "
+        "retention policy).",
+    )
 
 
 class AgentRead(BaseModel):
@@ -73,6 +85,19 @@ class SessionPatch(RequestBody):
         default=None, ge=1, le=100_000, description="Change the memory window (WINDOW_CHANGED)."
     )
     clear_window: bool = Field(default=False, description="Remove the memory window.")
+    expires_at: AwareDatetime | None = Field(
+        default=None,
+        strict=False,  # an RFC 3339 string, read as the time it names
+        description="Delete the session at this time (its own retention; with a time zone); "
+        "null clears it.",
+    )
+    idle_ttl_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=3_153_600_000,
+        description="Delete the session when not updated for this long (over the tenant's "
+        "retention policy); null clears it.",
+    )
 
 
 class ItemsAppend(RequestBody):
@@ -169,6 +194,12 @@ class SessionSummary(BaseModel):
     active_run_id: str | None
     created_at: datetime
     updated_at: datetime
+    expires_at: datetime | None = Field(
+        default=None, description="When the session will be deleted (its own retention)."
+    )
+    idle_ttl_seconds: int | None = Field(
+        default=None, description="The session's own idle TTL, over its tenant's policy."
+    )
 
 
 class SessionRead(SessionSummary):

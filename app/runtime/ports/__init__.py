@@ -46,6 +46,7 @@ from app.runtime.ports.records import (
     TenantCursor,
     TenantPage,
     TenantRecord,
+    TenantRetention,
 )
 from app.runtime.ports.stores import (
     AccountPort,
@@ -99,5 +100,6 @@ __all__ = [
     "TenantList",
     "TenantPage",
     "TenantRecord",
+    "TenantRetention",
     "Wakeup",
 ]

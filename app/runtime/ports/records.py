@@ -44,6 +44,21 @@ class SessionRecord:
     active_run_id: str | None
     created_at: datetime
     updated_at: datetime
+    # The session's own retention: deleted at this time / when idle this long.
+    expires_at: datetime | None = None
+    idle_ttl_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRetention:
+    """A tenant's retention policy (`retention_policies`): delete sessions idle for more than
+    `idle_days` (None: never for idleness), and prune ledgers when `prune` and at least
+    `prune_min_events` events would go."""
+
+    idle_days: int | None = None
+    prune: bool = False
+    prune_min_events: int = 1000
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from app.runtime.ports.records import (
     TenantCursor,
     TenantPage,
     TenantRecord,
+    TenantRetention,
 )
 from app.runtime.session.events import Event, NewEvent
 
@@ -373,7 +374,36 @@ class TenantList(Protocol):
 
 
 class RetentionPort(Protocol):
-    """What a retention pass removes (the maintenance store)."""
+    """What a retention pass reads and removes (the maintenance store), and the policies
+    it applies."""
+
+    async def get_tenant_policy(self, tenant_id: str) -> TenantRetention | None: ...
+
+    async def put_tenant_policy(
+        self, tenant_id: str, policy: TenantRetention
+    ) -> TenantRetention | None: ...
+
+    async def set_session_retention(
+        self, tenant_id: str, session_id: str, *, changes: dict[str, Any]
+    ) -> SessionRecord | None: ...
+
+    async def list_retention_candidates(
+        self,
+        tenant_id: str,
+        *,
+        now: datetime,
+        idle_before: datetime | None,
+        after: str | None,
+        limit: int,
+    ) -> list[SessionRecord]: ...
+
+    async def delete_due_session(
+        self, tenant_id: str, session_id: str, *, due: Callable[[SessionRecord], bool]
+    ) -> bool: ...
+
+    async def list_prunable_sessions(
+        self, tenant_id: str, *, min_last_seq: int, after: str | None, limit: int
+    ) -> list[str]: ...
 
     async def list_idle_sessions(
         self, tenant_id: str, *, updated_before: datetime, limit: int
