@@ -438,7 +438,7 @@ def enter_retention(
         retention_defaults(settings),
         tenants=stores.accounts,
         pruner=runtime,
-        interval=settings.retention_interval_seconds or 0.0,
+        interval=settings.retention_interval_seconds,
         observer=metrics,
     )
     if settings.retention_interval_seconds:
