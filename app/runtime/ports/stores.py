@@ -177,6 +177,10 @@ class LedgerPort(Protocol):
         self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
     ) -> SnapshotRecord | None: ...
 
+    async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
+        """Every snapshot of the session, oldest first (state included)."""
+        ...
+
     async def list_tenant_events(
         self,
         tenant_id: str,

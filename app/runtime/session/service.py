@@ -50,6 +50,7 @@ from app.runtime.ports import (
     SessionLoad,
     SessionRecord,
     SessionWriter,
+    SnapshotRecord,
     TenantCursor,
     TenantPage,
 )
@@ -291,16 +292,29 @@ class SessionRuntime:
         cut = pruned_at(events)
         if cut is None:
             return fold(None, events)
+        base = await self._pruned_base(tenant_id, session_id, cut)
+        return fold(SessionState.from_json(base.state), [e for e in events if e.seq > base.seq])
+
+    async def _pruned_base(self, tenant_id: str, session_id: str, cut: int) -> SnapshotRecord:
+        """The snapshot a fold of a ledger pruned at `cut` starts from: the one kept at the
+        marker, or else (a fork of a pruned session copies a later snapshot only) the
+        oldest one after it, as good a base, being the fold of the ledger up to it."""
         snap = await self.ledger.get_snapshot(tenant_id, session_id, at_or_below=cut)
-        if snap is None or snap.seq != cut:
+        if snap is not None and snap.seq == cut:
+            return snap
+        later = [s for s in await self.ledger.list_snapshots(tenant_id, session_id) if s.seq > cut]
+        if not later:
             raise HistoryPrunedError(cut)
-        return fold(SessionState.from_json(snap.state), events[1:])
+        return later[0]
 
     async def history_start(self, tenant_id: str, session_id: str) -> int:
-        """The seq of the ledger's first event: 1, or the marker's seq once pruned."""
+        """The least seq the ledger can be folded to: 1, or once pruned the seq of the
+        snapshot its fold starts from (the marker's own seq, but for some forks)."""
         first = await self.ledger.list_events(tenant_id, session_id, limit=1)
         cut = pruned_at(first)
-        return 1 if cut is None else cut
+        if cut is None:
+            return 1
+        return (await self._pruned_base(tenant_id, session_id, cut)).seq
 
     async def prune(
         self, tenant_id: str, session_id: str, *, min_events: int = 1, dry_run: bool = False
