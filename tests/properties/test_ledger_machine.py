@@ -41,8 +41,8 @@ from app.runtime.memory.compaction import ScriptedSummarizer
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.runs.manager import RunManager
 from app.runtime.runs.plan import RunRequest
-from app.runtime.session.json_patch import apply_patch
 from app.runtime.session.events import Event, EventType
+from app.runtime.session.json_patch import apply_patch
 from app.runtime.session.projector import evict_to_window, fold
 from app.runtime.session.state import SessionState
 from app.runtime.tools.registry import ToolRegistry
