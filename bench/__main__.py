@@ -37,6 +37,7 @@ BENCHES = (
     "delta_fanout",
     "scale",
     "erase_tenant",
+    "prune",
 )
 
 # (figure name prefix, check on the figure, the target as text) — PostgreSQL only.
@@ -141,6 +142,10 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 from bench.erasure_bench import erase_tenant_figure
 
                 add([await erase_tenant_figure(bench.store, bench.runtime, sizes, log)])
+            if "prune" in only:
+                from bench.prune_bench import prune_figure
+
+                add([await prune_figure(bench.store, bench.runtime, sizes, log)])
         finally:
             await bench.close()
     finally:

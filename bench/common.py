@@ -66,6 +66,7 @@ class Sizes:
     scale_events: int = 1_000_000
     scale_sessions: int = 10_000
     tenant_sessions: int = 10_000
+    prune_events: int = 100_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -92,6 +93,7 @@ class Sizes:
             scale_events=20_000,
             scale_sessions=200,
             tenant_sessions=200,
+            prune_events=2_000,
         )
 
 
