@@ -177,6 +177,10 @@ class LedgerStore(ABC):
             tail = await self._events(
                 conn, tenant_id, session_id, after_seq=after, until_seq=record.last_seq
             )
+        if from_base and tail and tail[0].type == HISTORY_PRUNED:
+            # The caller's state predates a prune (another replica's): the events between
+            # it and the marker are gone, so the tail cannot go on it. From the snapshot.
+            return await self._load(conn, record, None)
         return SessionLoad(session=record, from_base=from_base, snapshot=snapshot, tail=tail)
 
     async def list_sessions(

@@ -226,9 +226,12 @@ class SessionRuntime:
             tail = await self.ledger.list_events(
                 tenant_id, session_id, after_seq=kept[1].seq, until_seq=seq
             )
-            return fold(kept[1], tail)
+            if pruned_at(tail) is None:  # else the cached state predates a prune: below
+                return fold(kept[1], tail)
         snap = await self.ledger.get_snapshot(tenant_id, session_id, at_or_below=seq)
         base = SessionState.from_json(snap.state) if snap is not None else None
+        if base is None and (start := await self.history_start(tenant_id, session_id)) > seq:
+            raise HistoryPrunedError(start)  # its fold needs events that were pruned
         after = base.seq if base is not None else 0
         events = await self.ledger.list_events(
             tenant_id, session_id, after_seq=after, until_seq=seq

@@ -48,7 +48,7 @@ from app.store.base import (
     utcnow,
 )
 from app.store.idempotency import IdempotencyStore
-from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore
+from app.store.ledger import EVENT_COLUMN_LIST, HISTORY_PRUNED, LedgerStore
 from app.store.payloads import Payloads
 from app.store.postgres.calls import APPEND_EVENTS, EventArrays, Refused, call_in, refusal
 from app.store.postgres.database import PostgresDatabase
@@ -303,8 +303,11 @@ class PostgresLedger(LedgerStore):
                 return None
             if row["o_events"] is not None:
                 tail = [event_from_mapping(e) for e in row["o_events"]]
-                record = session_from_mapping(row["o_session"])
-                return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
+                if not tail or tail[0].type != HISTORY_PRUNED:
+                    record = session_from_mapping(row["o_session"])
+                    return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
+                # The cached state predates a prune: read from the snapshot instead.
+                return await super().load_session(tenant_id, session_id)
         return await super().load_session(tenant_id, session_id, base=base)
 
     async def _events(

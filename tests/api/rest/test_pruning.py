@@ -11,7 +11,9 @@ from typing import Any
 
 import httpx
 
+from app.assembly import runtime_over
 from app.services import services_of
+from app.store.stores import Stores
 
 USER = {"type": "message", "role": "user", "content": "hello"}
 
@@ -121,3 +123,27 @@ async def test_a_prune_stops_before_a_pending_client_tool_call(
     )
     assert answered.status_code in (200, 202), answered.text
     assert (await client.get(f"/v1/sessions/{sid}/projection")).json()["equals_live"] is True
+
+
+async def test_a_replica_whose_cached_state_predates_a_prune_loads_from_the_snapshot(
+    store: Stores, tenant: Any
+) -> None:
+    """Replica A cached the session at an early seq; replica B wrote more, saved and pruned
+    past it. A's next load must not fold the tail on its stale state across the gap."""
+    a, b = runtime_over(store), runtime_over(store)
+    tid = tenant.tenant_id
+    await a.create(tid, session_id="cached", metadata={}, agent={}, binding={})
+    early = await a.load(tid, "cached")
+    for i in range(4):
+        await b.append_items(tid, "cached", [{**USER, "content": f"b{i}"}])
+    await b.save(tid, "cached")
+    await b.append_items(tid, "cached", [{**USER, "content": "tail"}])
+    outcome = await b.prune(tid, "cached")
+    assert outcome.cut_seq is not None and outcome.cut_seq > early.state.seq
+    fresh = await b.load(tid, "cached")
+    assert a.cached(tid, "cached") is not None  # A still holds its early state
+    loaded = await a.load(tid, "cached")
+    assert loaded.state.items == fresh.state.items
+    assert [i["content"] for i in loaded.state.items] == ["b0", "b1", "b2", "b3", "tail"]
+    at = await a.state_at(tid, "cached", loaded.session.last_seq, record=loaded.session)
+    assert at.items == fresh.state.items
