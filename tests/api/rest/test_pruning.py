@@ -7,6 +7,7 @@ pending client-tool call.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -147,3 +148,46 @@ async def test_a_replica_whose_cached_state_predates_a_prune_loads_from_the_snap
     assert [i["content"] for i in loaded.state.items] == ["b0", "b1", "b2", "b3", "tail"]
     at = await a.state_at(tid, "cached", loaded.session.last_seq, record=loaded.session)
     assert at.items == fresh.state.items
+
+
+async def test_a_prune_stops_before_a_pending_approval_and_an_active_run(
+    client: httpx.AsyncClient, app: object, tenant: Any
+) -> None:
+    runtime = services_of(app).runtime
+    sid = (await client.post("/v1/sessions", json={})).json()["session_id"]
+    await _append(client, sid, 3)
+    early = await _save(client, sid)
+    asked = await client.post(
+        f"/v1/sessions/{sid}/runs",
+        json={"input": '[tool:echo {"text": "t"}]', "approval_required": ["echo"]},
+    )
+    assert asked.json()["stop_reason"] == "BLOCKED_BY_APPROVAL", asked.text
+    await _save(client, sid)
+    assert (await runtime.prune(tenant.tenant_id, sid)).cut_seq == early
+    requested = [e for e in await _events(client, sid) if e["type"] == "APPROVAL_REQUESTED"]
+    assert requested, "the pending approval's request stays"
+    call_id = requested[-1]["payload"]["call_id"]
+    decided = await client.post(
+        f"/v1/sessions/{sid}/approvals", json={"call_id": call_id, "decision": "approve"}
+    )
+    assert decided.status_code in (200, 202), decided.text
+
+    # A run in progress: a snapshot written while it runs is not a cut point.
+    other = (await client.post("/v1/sessions", json={})).json()["session_id"]
+    await _append(client, other, 3)
+    before_run = await _save(client, other)
+    started = await client.post(
+        f"/v1/sessions/{other}/runs", json={"input": "[sleep:1500]", "mode": "background"}
+    )
+    assert started.status_code == 202, started.text
+    mid = await client.post(f"/v1/sessions/{other}/save", json={})
+    assert mid.status_code == 200, mid.text  # a newer snapshot, inside the run
+    outcome = await runtime.prune(tenant.tenant_id, other)
+    assert outcome.cut_seq == before_run
+    run_path = started.headers["Location"]
+    for _ in range(100):
+        if (await client.get(run_path)).json()["status"] not in ("queued", "running"):
+            break
+        await asyncio.sleep(0.05)
+    assert (await client.get(run_path)).json()["status"] == "finished"
+    assert (await client.get(f"/v1/sessions/{other}/projection")).json()["equals_live"] is True
