@@ -1,4 +1,5 @@
-"""Operator-side queries: idle sessions, conditional erasure, snapshot pruning.
+"""Operator-side queries: retention policies, the sessions a pass deletes or prunes (each
+re-checked under its row lock), old snapshots, settled deliveries.
 
 Like everything in the store these are tenant-scoped; retention walks the tenants one by one
 rather than running one query across all of them.
@@ -69,52 +70,6 @@ class MaintenanceStore:
     async def delete_expired_idempotency_keys(self) -> int:
         """Delete every tenant's expired Idempotency-Key rows; returns how many."""
         return await self._cross.delete_expired_idempotency_keys()
-
-    async def list_idle_sessions(
-        self, tenant_id: str, *, updated_before: datetime, limit: int
-    ) -> list[SessionRecord]:
-        """Sessions not updated since `updated_before` and with no active run, oldest first."""
-        stmt = (
-            select(sessions)
-            .where(
-                sessions.c.tenant_id == tenant_id,
-                sessions.c.updated_at < updated_before,
-                sessions.c.active_run_id.is_(None),
-            )
-            .order_by(sessions.c.updated_at, sessions.c.session_id)
-            .limit(limit)
-        )
-        async with self.db.read(tenant_id) as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [session_from_row(r) for r in rows]
-
-    async def delete_idle_session(
-        self, tenant_id: str, session_id: str, *, updated_before: datetime
-    ) -> bool:
-        """Erase the session, only if it is still idle: its rows and every row that names it,
-        as an erasure does (`ErasureStore.delete_session_rows`).
-
-        The row is locked first (FOR UPDATE on PostgreSQL; SQLite has a single writer), so a
-        session that a request touched after it was listed is left alone: a write moves
-        `updated_at` and is seen here. Returns whether the session was erased.
-        """
-        key = (sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id)
-        async with self.db.write(tenant_id) as conn:
-            still_idle = (
-                await conn.execute(
-                    select(sessions.c.session_id)
-                    .where(
-                        *key,
-                        sessions.c.updated_at < updated_before,
-                        sessions.c.active_run_id.is_(None),
-                    )
-                    .with_for_update()
-                )
-            ).first()
-            if still_idle is None:
-                return False
-            await self._erasure.delete_session_rows(conn, tenant_id, session_id)
-        return True
 
     async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int:
         """Delete all but the `keep` newest snapshots of every session of the tenant.
