@@ -161,7 +161,7 @@ OPERATOR_ROUTES = {
     ("GET", "/v1/admin/tenants/{tenant_id}/erasures"),
     ("GET", "/v1/admin/tenants/{tenant_id}/retention"),
     ("PUT", "/v1/admin/tenants/{tenant_id}/retention"),
-    ("POST", "/v1/admin/retention/run"),
+    ("POST", "/v1/admin/tenants/{tenant_id}/retention/run"),
 }
 
 AGENTS_YAML = """\

@@ -151,7 +151,7 @@ async def put_retention_policy(
 ) -> dict[str, Any]:
     """Store the tenant's policy whole: delete sessions idle past `idle_days`, and/or prune
     long ledgers. Every replica's next retention pass applies it (or run one now with
-    `POST /v1/admin/retention/run`)."""
+    `POST /v1/admin/tenants/{tenant_id}/retention/run`)."""
     stored = await retention.set_policy(
         tenant_id,
         TenantRetention(
@@ -162,23 +162,20 @@ async def put_retention_policy(
 
 
 @router.post(
-    "/retention/run",
+    "/tenants/{tenant_id}/retention/run",
     response_model=RetentionPassRead,
-    summary="Run a retention pass now, or a dry run that says what it would remove",
+    summary="Run a tenant's retention pass now, or a dry run that says what it would remove",
     responses=_ADMIN,
 )
 async def run_retention(
+    tenant_id: TenantId,
     retention: RetentionDep,
     operator: OperatorDep,
     dry_run: Annotated[bool, Query(description="Remove nothing; list what would go.")] = True,
-    tenant_id: Annotated[
-        str | None,
-        Query(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="Only it."),
-    ] = None,
 ) -> dict[str, Any]:
-    """One retention pass, as every replica runs each `ASR_RETENTION_INTERVAL_SECONDS`:
-    expired and idle sessions deleted, long ledgers pruned, old snapshots and settled
-    webhook deliveries dropped. A dry run (the default) removes nothing and lists the
-    sessions it would delete and prune."""
-    only = [tenant_id] if tenant_id is not None else None
-    return pass_view(await retention.run_once(dry_run=dry_run, tenant_ids=only))
+    """The tenant's part of the retention pass every replica runs each
+    `ASR_RETENTION_INTERVAL_SECONDS`: expired and idle sessions deleted, long ledgers
+    pruned, old snapshots and settled webhook deliveries dropped. A dry run (the default)
+    removes nothing and lists the sessions it would delete and prune. (`asr retention run`
+    passes over every tenant.)"""
+    return pass_view(await retention.run_once(dry_run=dry_run, tenant_ids=[tenant_id]))

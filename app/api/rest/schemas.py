@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.http.inputs import MAX_SEQ, SESSION_ID_PATTERN, RequestBody
+from app.api.http.inputs import MAX_SEQ, SESSION_ID_PATTERN, RequestBody, TimeWithZone
 from app.api.rest.event_models import EventRead, EventTypeName
 from app.runtime.memory.items import ContentPart, MemoryItem
 from app.runtime.runs.agent import AgentSpec
@@ -40,9 +40,8 @@ class SessionCreate(RequestBody):
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
-    expires_at: AwareDatetime | None = Field(
+    expires_at: TimeWithZone | None = Field(
         default=None,
-        strict=False,  # an RFC 3339 string, read as the time it names
         description="Delete the session at this time (its own retention; with a time zone).",
     )
     idle_ttl_seconds: int | None = Field(
@@ -85,9 +84,8 @@ class SessionPatch(RequestBody):
         default=None, ge=1, le=100_000, description="Change the memory window (WINDOW_CHANGED)."
     )
     clear_window: bool = Field(default=False, description="Remove the memory window.")
-    expires_at: AwareDatetime | None = Field(
+    expires_at: TimeWithZone | None = Field(
         default=None,
-        strict=False,  # an RFC 3339 string, read as the time it names
         description="Delete the session at this time (its own retention; with a time zone); "
         "null clears it.",
     )
