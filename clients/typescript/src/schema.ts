@@ -1386,7 +1386,7 @@ export interface paths {
          * Set a tenant's retention policy
          * @description Store the tenant's policy whole: delete sessions idle past `idle_days`, and/or prune
          *     long ledgers. Every replica's next retention pass applies it (or run one now with
-         *     `POST /v1/admin/retention/run`).
+         *     `POST /v1/admin/tenants/{tenant_id}/retention/run`).
          */
         put: operations["putRetentionPolicy"];
         post?: never;
@@ -1396,7 +1396,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/admin/retention/run": {
+    "/v1/admin/tenants/{tenant_id}/retention/run": {
         parameters: {
             query?: never;
             header?: never;
@@ -1406,11 +1406,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Run a retention pass now, or a dry run that says what it would remove
-         * @description One retention pass, as every replica runs each `ASR_RETENTION_INTERVAL_SECONDS`:
-         *     expired and idle sessions deleted, long ledgers pruned, old snapshots and settled
-         *     webhook deliveries dropped. A dry run (the default) removes nothing and lists the
-         *     sessions it would delete and prune.
+         * Run a tenant's retention pass now, or a dry run that says what it would remove
+         * @description The tenant's part of the retention pass every replica runs each
+         *     `ASR_RETENTION_INTERVAL_SECONDS`: expired and idle sessions deleted, long ledgers
+         *     pruned, old snapshots and settled webhook deliveries dropped. A dry run (the default)
+         *     removes nothing and lists the sessions it would delete and prune. (`asr retention run`
+         *     passes over every tenant.)
          */
         post: operations["runRetention"];
         delete?: never;
@@ -21169,14 +21170,12 @@ export interface operations {
             query?: {
                 /** @description Remove nothing; list what would go. */
                 dry_run?: boolean;
-                /**
-                 * @description Only it.
-                 * @example t_3f9a1c
-                 */
-                tenant_id?: string | null;
             };
             header?: never;
-            path?: never;
+            path: {
+                /** @example t_3f9a1c */
+                tenant_id: string;
+            };
             cookie?: never;
         };
         requestBody?: never;
@@ -21225,7 +21224,7 @@ export interface operations {
                      *       "title": "Malformed JSON",
                      *       "status": 400,
                      *       "detail": "the request body is not valid JSON",
-                     *       "instance": "/v1/admin/retention/run",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
                      *       "code": "malformed_json"
                      *     }
                      */
@@ -21244,7 +21243,7 @@ export interface operations {
                      *       "title": "Unauthorized",
                      *       "status": 401,
                      *       "detail": "missing or invalid API key",
-                     *       "instance": "/v1/admin/retention/run",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
                      *       "code": "unauthorized"
                      *     }
                      */
@@ -21263,7 +21262,7 @@ export interface operations {
                      *       "title": "Not found",
                      *       "status": 404,
                      *       "detail": "no session 'demo'",
-                     *       "instance": "/v1/admin/retention/run",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
                      *       "code": "session_not_found"
                      *     }
                      */
@@ -21282,7 +21281,7 @@ export interface operations {
                      *       "title": "Payload too large",
                      *       "status": 413,
                      *       "detail": "the body is over 1048576 bytes",
-                     *       "instance": "/v1/admin/retention/run",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
                      *       "code": "payload_too_large"
                      *     }
                      */
@@ -21301,7 +21300,7 @@ export interface operations {
                      *       "title": "Invalid request",
                      *       "status": 422,
                      *       "detail": "the request does not match the schema",
-                     *       "instance": "/v1/admin/retention/run",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
                      *       "code": "validation_error"
                      *     }
                      */
@@ -21320,7 +21319,7 @@ export interface operations {
                      *       "title": "Service unavailable",
                      *       "status": 503,
                      *       "detail": "the database is unavailable",
-                     *       "instance": "/v1/admin/retention/run",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
                      *       "code": "database_unavailable"
                      *     }
                      */
