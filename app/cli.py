@@ -101,9 +101,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive(text: str) -> int:
+    """A count of at least 1 that the policy's 32-bit columns hold."""
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+    if not 1 <= value <= 100_000_000:
+        raise argparse.ArgumentTypeError("must be between 1 and 100000000")
     return value
 
 

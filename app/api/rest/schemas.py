@@ -47,7 +47,7 @@ class SessionCreate(RequestBody):
     idle_ttl_seconds: int | None = Field(
         default=None,
         ge=60,
-        le=3_153_600_000,
+        le=2_000_000_000,  # the column is a 32-bit integer
         description="Delete the session when not updated for this long (over the tenant's "
         "retention policy).",
     )
@@ -92,7 +92,7 @@ class SessionPatch(RequestBody):
     idle_ttl_seconds: int | None = Field(
         default=None,
         ge=60,
-        le=3_153_600_000,
+        le=2_000_000_000,  # the column is a 32-bit integer
         description="Delete the session when not updated for this long (over the tenant's "
         "retention policy); null clears it.",
     )
