@@ -9,6 +9,7 @@ these; nothing here parses arguments or exits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +20,14 @@ from typing import Any, TextIO
 from app.assembly import runtime_over
 from app.live.control_wire import CONTROL_CHANNEL, encode_control
 from app.runtime.access.accounts import Accounts
-from app.runtime.ports import ErasureReceipt, LocalControl, RunSignal, SessionRecord
+from app.runtime.errors import TenantNotFound
+from app.runtime.ports import (
+    ErasureReceipt,
+    LocalControl,
+    RunSignal,
+    SessionRecord,
+    TenantRetention,
+)
 from app.runtime.session.erasure import Eraser, Workspaces
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.runtime.session.service import Limits, SessionRuntime
@@ -243,10 +251,22 @@ async def run_retention(
         tenants=kit.stores.accounts,
         dry_run=dry_run,
         tenant_ids=only,
+        pruner=kit.runtime,
     )
     for tenant_id, session_id in report.sessions_erased:
         verb = "erased" if not dry_run else "would_erase"
         json_line(out, {verb: session_id, "tenant_id": tenant_id})
+    for tenant_id, outcome in report.sessions_pruned:
+        verb = "pruned" if not dry_run else "would_prune"
+        json_line(
+            out,
+            {
+                verb: outcome.session_id,
+                "tenant_id": tenant_id,
+                "cut_seq": outcome.cut_seq,
+                "events_removed": outcome.events_removed,
+            },
+        )
     json_line(
         out,
         {
@@ -254,10 +274,51 @@ async def run_retention(
             "idle_days": policy.idle_days,
             "keep_snapshots": policy.keep_snapshots,
             "sessions_erased": len(report.sessions_erased),
+            "sessions_pruned": len(report.sessions_pruned),
+            "events_pruned": report.events_pruned,
             "snapshots_deleted": report.snapshots_deleted,
             "deliveries_deleted": report.deliveries_deleted,
         },
     )
+
+
+def policy_line(tenant_id: str, policy: TenantRetention, stored: bool) -> dict[str, Any]:
+    return {
+        "tenant_id": tenant_id,
+        "idle_days": policy.idle_days,
+        "prune": policy.prune,
+        "prune_min_events": policy.prune_min_events,
+        "stored": stored,
+    }
+
+
+async def show_retention(
+    kit: Toolkit, out: TextIO, *, tenant: str, defaults: RetentionPolicy
+) -> None:
+    """The tenant's retention policy: its own, or the settings' defaults."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    stored = await kit.stores.maintenance.get_tenant_policy(tenant_id)
+    policy = stored or TenantRetention(idle_days=defaults.idle_days)
+    json_line(out, policy_line(tenant_id, policy, stored is not None))
+
+
+async def set_retention(
+    kit: Toolkit,
+    out: TextIO,
+    *,
+    tenant: str,
+    defaults: RetentionPolicy,
+    changes: dict[str, Any],
+) -> None:
+    """Store the tenant's policy: the given fields over what applies now."""
+    tenant_id = await kit.accounts.tenant_id_of(tenant)
+    current = await kit.stores.maintenance.get_tenant_policy(tenant_id)
+    base = current or TenantRetention(idle_days=defaults.idle_days)
+    policy = dataclasses.replace(base, **changes)
+    stored = await kit.stores.maintenance.put_tenant_policy(tenant_id, policy)
+    if stored is None:
+        raise TenantNotFound(tenant)
+    json_line(out, policy_line(tenant_id, stored, True))
 
 
 def receipt_line(receipt: ErasureReceipt) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from app.runtime.runs.manager import RunManager
 from app.runtime.schedules.service import Scheduler, SchedulerTiming
 from app.runtime.session.erasure import Eraser, Workspaces
 from app.runtime.session.redaction import Redactor
+from app.runtime.session.retention import Retention, RetentionPolicy
 from app.runtime.session.service import Limits, SessionRuntime
 from app.runtime.tools.mcp.catalog import McpCatalog
 from app.runtime.tools.mcp.config import McpServerConfig, parse_servers
@@ -105,6 +106,7 @@ async def open_services(
             renderers=renderers(runtime, runs) if renderers is not None else None,
         )  # fmt: skip
         eraser = build_eraser(settings, stores, runtime, accounts, plane=plane, control=bus)
+        retention = enter_retention(stack, settings, stores, runtime=runtime, metrics=metrics)
         stack.callback(shutdown_event.set)  # the first thing stop does
         yield Services(
             settings=settings,
@@ -128,6 +130,7 @@ async def open_services(
             webhooks=webhooks,
             deliverer=deliverer,
             eraser=eraser,
+            retention=retention,
             stream_slots=StreamSlots(settings.sse_max_streams_per_tenant),
             stream_tokens=build_stream_tokens(settings),
         )
@@ -438,6 +441,38 @@ def enter_scheduler(
         scheduler.start()
     stack.push_async_callback(scheduler.stop)
     return scheduler
+
+
+def retention_defaults(settings: Settings) -> RetentionPolicy:
+    """The settings' retention numbers (the defaults of tenants without a policy)."""
+    return RetentionPolicy(
+        idle_days=settings.retention_idle_days,
+        keep_snapshots=settings.retention_keep_snapshots,
+        webhook_log_days=settings.retention_webhook_log_days,
+    )
+
+
+def enter_retention(
+    stack: AsyncExitStack,
+    settings: Settings,
+    stores: Stores,
+    *,
+    runtime: SessionRuntime,
+    metrics: Metrics | None,
+) -> Retention:
+    """The retention pass, run here every `retention_interval_seconds` when set."""
+    loop = Retention(
+        stores.maintenance,
+        retention_defaults(settings),
+        tenants=stores.accounts,
+        pruner=runtime,
+        interval=settings.retention_interval_seconds,
+        observer=metrics,
+    )
+    if settings.retention_interval_seconds:
+        loop.start()
+    stack.push_async_callback(loop.stop)
+    return loop
 
 
 # ---------------------------------------------------------------- access

@@ -75,9 +75,37 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--keep-snapshots", type=int, default=None, help="default ASR_RETENTION_KEEP_SNAPSHOTS"
     )
-    run.add_argument("--dry-run", action="store_true", help="list what would be erased")
+    run.add_argument("--dry-run", action="store_true", help="list what would be removed")
     run.add_argument("--tenant", default=None, help="only this tenant (default: all)")
+    show = retention.add_parser("show", help="a tenant's retention policy (JSON)")
+    show.add_argument("--tenant", required=True)
+    put = retention.add_parser(
+        "set", help="set a tenant's retention policy (what is not given stays)"
+    )
+    put.add_argument("--tenant", required=True)
+    idle = put.add_mutually_exclusive_group()
+    idle.add_argument(
+        "--idle-days", type=_positive, default=None, help="delete sessions idle this long"
+    )
+    idle.add_argument("--no-idle", action="store_true", help="never delete for idleness")
+    prune = put.add_mutually_exclusive_group()
+    prune.add_argument("--prune", dest="prune", action="store_true", default=None)
+    prune.add_argument("--no-prune", dest="prune", action="store_false")
+    put.add_argument(
+        "--prune-min-events",
+        type=_positive,
+        default=None,
+        help="prune when this many events would go",
+    )
     return parser
+
+
+def _positive(text: str) -> int:
+    """A count of at least 1 that the policy's 32-bit columns hold."""
+    value = int(text)
+    if not 1 <= value <= 100_000_000:
+        raise argparse.ArgumentTypeError("must be between 1 and 100000000")
+    return value
 
 
 def _sessions_parser(sub: Any) -> None:
@@ -317,6 +345,25 @@ def _blueprints(settings: Settings) -> Blueprints:
 
 
 async def _retention(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action in ("show", "set"):
+        from app.assembly import retention_defaults
+
+        defaults = retention_defaults(settings)
+        async with admin.toolkit(settings) as kit:
+            if args.action == "show":
+                await admin.show_retention(kit, sys.stdout, tenant=args.tenant, defaults=defaults)
+                return 0
+            changes: dict[str, Any] = {}
+            if args.no_idle or args.idle_days is not None:
+                changes["idle_days"] = None if args.no_idle else args.idle_days
+            if args.prune is not None:
+                changes["prune"] = args.prune
+            if args.prune_min_events is not None:
+                changes["prune_min_events"] = args.prune_min_events
+            await admin.set_retention(
+                kit, sys.stdout, tenant=args.tenant, defaults=defaults, changes=changes
+            )
+        return 0
     idle = args.idle_days if args.idle_days is not None else settings.retention_idle_days
     keep = args.keep_snapshots or settings.retention_keep_snapshots
     policy = RetentionPolicy(

@@ -185,6 +185,25 @@ class Metrics:
             registry=r,
         )
 
+        self.retention_passes = Counter(
+            "asr_retention_passes", "Retention passes this replica completed.", registry=r
+        )
+        self.retention_sessions_deleted = Counter(
+            "asr_retention_sessions_deleted",
+            "Sessions this replica's retention passes deleted (expired or idle).",
+            registry=r,
+        )
+        self.retention_sessions_pruned = Counter(
+            "asr_retention_sessions_pruned",
+            "Sessions whose ledger this replica's retention passes pruned.",
+            registry=r,
+        )
+        self.retention_events_pruned = Counter(
+            "asr_retention_events_pruned",
+            "Ledger events this replica's retention passes pruned (replaced by markers).",
+            registry=r,
+        )
+
     # ---------------------------------------------------------------- Observer
 
     def events_appended(self, types: Sequence[str]) -> None:
@@ -240,6 +259,14 @@ class Metrics:
         self.db_reads.labels(
             target=_bounded(target, READ_TARGETS), reason=_bounded(reason, READ_REASONS)
         ).inc()
+
+    def retention_applied(
+        self, *, sessions_deleted: int, sessions_pruned: int, events_pruned: int
+    ) -> None:
+        self.retention_passes.inc()
+        self.retention_sessions_deleted.inc(sessions_deleted)
+        self.retention_sessions_pruned.inc(sessions_pruned)
+        self.retention_events_pruned.inc(events_pruned)
 
     # -------------------------------------------------------------------- HTTP
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from app.runtime.runs.manager import RunManager
     from app.runtime.schedules.service import Scheduler
     from app.runtime.session.erasure import Eraser
+    from app.runtime.session.retention import Retention
     from app.runtime.session.service import SessionRuntime
     from app.runtime.tools.mcp.catalog import McpCatalog
     from app.runtime.tools.processes import ProcessManager
@@ -70,6 +71,7 @@ class Services:
     webhooks: Webhooks
     deliverer: Deliverer | None  # None when this replica does not deliver webhooks
     eraser: Eraser
+    retention: Retention
     stream_slots: StreamSlots
     stream_tokens: StreamTokens
 

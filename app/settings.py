@@ -381,6 +381,13 @@ class Settings(BaseSettings):
         description="`asr retention run` erases sessions not updated for this many days; "
         "unset keeps every session.",
     )
+    retention_interval_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Each replica runs a retention pass this often (tenants' policies, "
+        "sessions' expiry and idle TTL, pruning, old snapshots); every replica may, each "
+        "session is deleted or pruned once. 0: only `asr retention run` applies them.",
+    )
     retention_keep_snapshots: int = Field(
         default=3, ge=1, description="`asr retention run` keeps this many newest snapshots."
     )

@@ -38,6 +38,7 @@ BENCHES = (
     "scale",
     "erase_tenant",
     "inflight",
+    "prune",
 )
 
 # (figure name prefix, check on the figure, the target as text) — PostgreSQL only.
@@ -148,6 +149,10 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 from bench.erasure_bench import erase_tenant_figure
 
                 add([await erase_tenant_figure(bench.store, bench.runtime, sizes, log)])
+            if "prune" in only:
+                from bench.prune_bench import prune_figure
+
+                add([await prune_figure(bench.store, bench.runtime, sizes, log)])
         finally:
             await bench.close()
     finally:

@@ -72,6 +72,7 @@ class Sizes:
                                                   (10000, 300))  # fmt: skip
     inflight_stream: tuple[tuple[int, int, int], ...] = ((200, 20, 25), (200, 20, 100))
     inflight_seconds: float = 15.0
+    prune_events: int = 100_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -101,6 +102,7 @@ class Sizes:
             inflight_wait=((200, 8),),
             inflight_stream=((10, 10, 4),),
             inflight_seconds=1.0,
+            prune_events=2_000,
         )
 
 

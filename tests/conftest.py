@@ -106,12 +106,14 @@ def settings(database_url: str) -> Settings:
     # No webhook deliverer and no scheduler in the shared app: both work across tenants, so
     # in the test process they would claim other tests' deliveries and fire other tests'
     # schedules (a replica test that stops its servers would find its ticks fired by the
-    # test process meanwhile). The tests of each start their own.
+    # test process meanwhile). The tests of each start their own. No retention pass either:
+    # it would drop other tests' old snapshots.
     return Settings(
         database_url=database_url,
         bootstrap_default_tenant=False,
         webhooks_enabled=False,
         schedules_enabled=False,
+        retention_interval_seconds=0,
     )
 
 
@@ -202,9 +204,9 @@ def start_server(
     RuntimeError after `ready_seconds`: a busy machine may need more than the default).
     `nofile` runs it under that descriptor limit (`ulimit -n`, soft and hard).
 
-    The scheduler and the webhook deliverer are off unless `env` turns them on: both claim
-    work across tenants, and on the shared test database a server's deliverer once took a
-    contract test's outbox row from under it."""
+    The scheduler, the webhook deliverer and the retention pass are off unless `env` turns
+    them on: they work across tenants, and on the shared test database a server's deliverer
+    once took a contract test's outbox row from under it."""
     port = free_port()
     environment = {
         **os.environ,
@@ -213,6 +215,7 @@ def start_server(
         "ASR_LOG_LEVEL": "warning",
         "ASR_SCHEDULES_ENABLED": "false",
         "ASR_WEBHOOKS_ENABLED": "false",
+        "ASR_RETENTION_INTERVAL_SECONDS": "0",
         **env,
     }
     log = log_path.open("wb")
@@ -294,6 +297,7 @@ SLOW = (
     "sse/test_ag_ui_shutdown.py",
     # Several replicas, or many writers, at once.
     "e2e/test_schedules_replicas.py",
+    "e2e/test_retention_replicas.py",
     "e2e/test_ag_ui_servers.py",
     "e2e/test_ag_ui_node.py",  # Node (the official AG-UI client, CopilotKit) on two replicas
     "e2e/test_mcp_servers.py",  # the MCP server on two replicas, the example against one

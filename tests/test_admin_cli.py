@@ -220,9 +220,38 @@ def test_retention_cli_reports_json(database_url: str, tenant: TenantKey) -> Non
         "idle_days": 30,
         "keep_snapshots": 1,
         "sessions_erased": 0,
+        "sessions_pruned": 0,
+        "events_pruned": 0,
         "snapshots_deleted": 0,
         "deliveries_deleted": 0,
     }
+
+
+def test_retention_set_and_show_keep_a_tenant_policy(database_url: str, tenant: TenantKey) -> None:
+    shown = asr(database_url, "retention", "show", "--tenant", tenant.name)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout.splitlines()[-1])["stored"] is False
+    put = asr(
+        database_url, "retention", "set", "--tenant", tenant.name,
+        "--idle-days", "14", "--prune", "--prune-min-events", "500",
+    )  # fmt: skip
+    assert put.returncode == 0, put.stderr
+    policy = {
+        "tenant_id": tenant.tenant_id,
+        "idle_days": 14,
+        "prune": True,
+        "prune_min_events": 500,
+        "stored": True,
+    }
+    assert json.loads(put.stdout.splitlines()[-1]) == policy
+    # What is not given stays.
+    asr(database_url, "retention", "set", "--tenant", tenant.name, "--no-idle")
+    shown = asr(database_url, "retention", "show", "--tenant", tenant.name)
+    assert json.loads(shown.stdout.splitlines()[-1]) == {**policy, "idle_days": None}
+    bad = asr(database_url, "retention", "set", "--tenant", tenant.name, "--idle-days", "0")
+    assert bad.returncode != 0
+    dry = asr(database_url, "retention", "run", "--tenant", tenant.name, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
 
 
 def test_tenant_erase_prints_a_receipt_that_erasures_lists(

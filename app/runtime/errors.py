@@ -18,6 +18,7 @@ knows about HTTP.
     │   ├── SeqConflict              (append with a stale expected_seq; carries current_seq)
     │   ├── VersionConflict          (If-Match on a stale version; carries current version)
     │   ├── BindingMismatch
+    │   ├── HistoryPrunedError       (needs the ledger before a prune's marker)
     │   ├── RunAlreadyActive / RunNotActive / RunFenced / NothingPending
     │   ├── ProcessNotRunning        (stdin to a process that has ended)
     │   ├── TooManyWebhooks          (the tenant's cap on subscriptions)
@@ -122,6 +123,17 @@ class KeyNotFound(NotFound):
 
 class Conflict(AgentSessionError):
     code = "conflict"
+
+
+class HistoryPrunedError(Conflict):
+    """What needs the ledger before its HISTORY_PRUNED marker (and the snapshot kept at it
+    is gone too): the history before `first_seq` is not there any more."""
+
+    code = "history_pruned"
+
+    def __init__(self, first_seq: int) -> None:
+        super().__init__(f"the history before seq {first_seq} was pruned")
+        self.first_seq = first_seq
 
 
 class SessionAlreadyExists(Conflict):

@@ -59,6 +59,11 @@ class Observer(Protocol):
         fenced (the replica had applied the caller's fence), behind (it had not),
         unavailable (it failed) or no_replica (none usable)."""
 
+    def retention_applied(
+        self, *, sessions_deleted: int, sessions_pruned: int, events_pruned: int
+    ) -> None:
+        """One retention pass (not a dry run) ended: what this replica deleted and pruned."""
+
 
 class NullObserver:
     """Reports nowhere: the default for the CLI and for code built without metrics."""
@@ -102,6 +107,11 @@ class NullObserver:
         return None
 
     def db_read(self, *, target: str, reason: str) -> None:
+        return None
+
+    def retention_applied(
+        self, *, sessions_deleted: int, sessions_pruned: int, events_pruned: int
+    ) -> None:
         return None
 
 

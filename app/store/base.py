@@ -281,6 +281,8 @@ def session_from_mapping(m: Any) -> SessionRecord:
         active_run_id=m["active_run_id"],
         created_at=as_utc(m["created_at"]),
         updated_at=as_utc(m["updated_at"]),
+        expires_at=as_utc(m["expires_at"]) if m.get("expires_at") is not None else None,
+        idle_ttl_seconds=m.get("idle_ttl_seconds"),
     )
 
 

@@ -25,6 +25,7 @@ from app.store.tables import (
     api_keys,
     erasure_receipts,
     idempotency_keys,
+    retention_policies,
     runs,
     schedule_fires,
     schedules,
@@ -47,6 +48,7 @@ _TENANT_TABLES: tuple[Table, ...] = (
     session_snapshots,
     session_events,
     sessions,
+    retention_policies,
     api_keys,
     tenants,
 )

@@ -14,9 +14,10 @@ passes before a write (redaction, size) is `app.store.payloads`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,6 +27,8 @@ from app.runtime.ports import (
     HeldSession,
     IdempotencyToken,
     NewSession,
+    PruneFacts,
+    PruneOutcome,
     SessionLoad,
     SessionRecord,
     SnapshotRecord,
@@ -45,6 +48,11 @@ _GET_SESSION = select(sessions).where(
 
 # Event's fields are session_events' columns of the same names, in its constructor's order.
 EVENT_COLUMN_LIST = ", ".join(session_events.c[name].name for name in EVENT_FIELDS)
+
+HISTORY_PRUNED = "HISTORY_PRUNED"
+# How many snapshots below the bound a prune looks at for one it may cut at.
+_PRUNE_CANDIDATES = 8
+_T = TypeVar("_T")
 
 
 async def read_session(
@@ -190,6 +198,10 @@ class LedgerStore(ABC):
             tail = await self._events(
                 conn, tenant_id, session_id, after_seq=after, until_seq=record.last_seq
             )
+        if from_base and tail and tail[0].type == HISTORY_PRUNED:
+            # The caller's state predates a prune (another replica's): the events between
+            # it and the marker are gone, so the tail cannot go on it. From the snapshot.
+            return await self._load(conn, record, None)
         return SessionLoad(session=record, from_base=from_base, snapshot=snapshot, tail=tail)
 
     async def list_sessions(
@@ -386,3 +398,110 @@ class LedgerStore(ABC):
             )
             for r in rows
         ]
+
+    # ------------------------------------------------------------------ pruning
+
+    @abstractmethod
+    async def _prune_transaction(
+        self, tenant_id: str, work: Callable[[AsyncConnection], Coroutine[Any, Any, _T]]
+    ) -> _T:
+        """Run `work` in one write transaction of the backend's one write path."""
+
+    @abstractmethod
+    async def _insert_marker(
+        self, conn: AsyncConnection, record: SessionRecord, seq: int, marker: NewEvent
+    ) -> None:
+        """Insert `marker` at `seq` (freed by the prune) with the backend's event insert."""
+
+    async def prune_session(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        decide: Callable[[PruneFacts], int | str],
+        mark: Callable[[PruneFacts, int, int], NewEvent],
+        dry_run: bool = False,
+    ) -> PruneOutcome | None:
+        """`LedgerPort.prune_session`: the facts, the decision and the deletes all under the
+        session row's lock (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so two replicas' passes
+        never prune one session at once; SQLite's single writer serialises them)."""
+
+        async def work(conn: AsyncConnection) -> PruneOutcome | None:
+            facts = await self._prune_facts(conn, tenant_id, session_id)
+            if facts is None:
+                return None
+            decided = decide(facts)
+            if isinstance(decided, str):
+                return PruneOutcome(session_id, None, 0, 0, decided, dry_run)
+            cut = decided
+            ev, snap = session_events.c, session_snapshots.c
+            mine_ev = (ev.tenant_id == tenant_id, ev.session_id == session_id)
+            mine_snap = (snap.tenant_id == tenant_id, snap.session_id == session_id)
+            counted = await conn.execute(
+                select(func.count()).where(*mine_ev, ev.seq <= cut, ev.type != HISTORY_PRUNED)
+            )
+            n = int(counted.scalar_one())
+            snaps = await conn.execute(select(func.count()).where(*mine_snap, snap.seq < cut))
+            n_snaps = int(snaps.scalar_one())
+            if dry_run:
+                return PruneOutcome(session_id, cut, n, n_snaps, "would_prune", True)
+            marker = mark(facts, cut, n)
+            await conn.execute(delete(session_events).where(*mine_ev, ev.seq <= cut))
+            await conn.execute(delete(session_snapshots).where(*mine_snap, snap.seq < cut))
+            await self._insert_marker(conn, facts.session, cut, marker)
+            return PruneOutcome(session_id, cut, n, n_snaps, "pruned", False)
+
+        return await self._prune_transaction(tenant_id, work)
+
+    async def _prune_facts(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str
+    ) -> PruneFacts | None:
+        row = (
+            await conn.execute(
+                select(sessions)
+                .where(sessions.c.tenant_id == tenant_id, sessions.c.session_id == session_id)
+                .with_for_update(skip_locked=True)
+            )
+        ).first()
+        if row is None:
+            return None
+        record = session_from_row(row)
+        ev, snap = session_events.c, session_snapshots.c
+        first = (
+            await conn.execute(
+                select(ev.seq, ev.type, ev.payload)
+                .where(ev.tenant_id == tenant_id, ev.session_id == session_id)
+                .order_by(ev.seq)
+                .limit(1)
+            )
+        ).first()
+        start = int(first.seq) if first is not None else record.last_seq + 1
+        marker = dict(first.payload) if first is not None and first.type == HISTORY_PRUNED else None
+        run_first = None
+        if record.active_run_id is not None:
+            found = (
+                await conn.execute(
+                    select(runs.c.first_seq).where(
+                        runs.c.tenant_id == tenant_id, runs.c.run_id == record.active_run_id
+                    )
+                )
+            ).first()
+            # A run that has not written yet needs nothing of the ledger's past but its end.
+            run_first = int(found.first_seq) if found and found.first_seq else record.last_seq + 1
+        bound = run_first if run_first is not None else record.last_seq + 1
+        rows = await conn.execute(
+            select(snap.seq, snap.state, snap.state_hash)
+            .where(snap.tenant_id == tenant_id, snap.session_id == session_id, snap.seq < bound)
+            .order_by(snap.seq.desc())
+            .limit(_PRUNE_CANDIDATES)
+        )
+        candidates = [
+            (int(r.seq), r.state) for r in rows.all() if state_hash(r.state) == r.state_hash
+        ]
+        return PruneFacts(
+            session=record,
+            history_start=start,
+            marker=marker,
+            run_first_seq=run_first,
+            snapshots=candidates,
+        )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKeyConstraint,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -89,8 +91,20 @@ sessions = Table(
     Column("active_run_id", String(64), nullable=True),
     Column("created_at", Timestamp, nullable=False),
     Column("updated_at", Timestamp, nullable=False),
+    # The session's own retention (migration 0020): deleted at `expires_at`, or when idle
+    # for `idle_ttl_seconds` (over its tenant's policy).
+    Column("expires_at", Timestamp, nullable=True),
+    Column("idle_ttl_seconds", Integer, nullable=True),
     PrimaryKeyConstraint("tenant_id", "session_id"),
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    # The retention pass's "sessions that expire": only the few that have a time.
+    Index(
+        None,
+        "tenant_id",
+        "expires_at",
+        postgresql_where=text("expires_at IS NOT NULL"),
+        sqlite_where=text("expires_at IS NOT NULL"),
+    ),
     # Keyset pagination walks (created_at, session_id) newest first within a tenant.
     Index(None, "tenant_id", "created_at", "session_id"),
     # The run sweeper's "sessions still held by a run": only the few that hold one.
@@ -359,6 +373,20 @@ erasure_receipts = Table(
     Column("counts", Json, nullable=False),
     PrimaryKeyConstraint("tenant_id", "receipt_id"),
     Index(None, "tenant_id", "erased_at"),
+)
+
+# A tenant's retention policy (migration 0020); its sessions' own overrides are columns of
+# `sessions`.
+retention_policies = Table(
+    "retention_policies",
+    metadata,
+    Column("tenant_id", String(64), nullable=False),
+    Column("idle_days", Integer, nullable=True),
+    Column("prune", Boolean, nullable=False, server_default=false()),
+    Column("prune_min_events", Integer, nullable=False, server_default="1000"),
+    Column("updated_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("tenant_id"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
 )
 
 counters = Table(

@@ -159,6 +159,9 @@ FOREIGN_ROUTES = {
 OPERATOR_ROUTES = {
     ("DELETE", "/v1/admin/tenants/{tenant_id}"),
     ("GET", "/v1/admin/tenants/{tenant_id}/erasures"),
+    ("GET", "/v1/admin/tenants/{tenant_id}/retention"),
+    ("PUT", "/v1/admin/tenants/{tenant_id}/retention"),
+    ("POST", "/v1/admin/tenants/{tenant_id}/retention/run"),
 }
 
 AGENTS_YAML = """\

@@ -37,14 +37,16 @@ EXAMPLES = os.environ.get("ASR_FUZZ_EXAMPLES", "10")
 # this server's blueprints, an agent's `provider` must name one of its model profiles (issue
 # #19), `at_seq` must not pass the session's last seq, and a delegation chain may already be
 # as deep as allowed (422, facts of the data and of the server's configuration, not of the
-# request).
+# request); a session's `expires_at` valid as an RFC 3339 date-time may name year 0, which
+# no datetime holds (422).
 CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "412", "413", "415",
                      "422", "428", "429", "5xx"]
 
 [[operations]]
-include-operation-id = ["listSessions", "createSession", "forkSession", "runOnce"]
+include-operation-id = ["listSessions", "createSession", "patchSession", "forkSession",
+                        "runOnce"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409", "422", "429",
                                                      "5xx"]
 

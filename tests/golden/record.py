@@ -139,17 +139,29 @@ async def _state_session(c: httpx.AsyncClient) -> str:
     return sid
 
 
-async def _handwritten(app: Any, tenant_id: str) -> str:
+# A ledger that starts with a prune's marker, as a session pruned at a snapshot of its empty
+# first state reads: the marker at seq 1 stands for that state, and the tail folds on it.
+PRUNED_AT_START = [
+    ("HISTORY_PRUNED", {"first_seq": 1, "last_seq": 1, "snapshot_seq": 1, "events_pruned": 1}),
+    ("USER_INPUT", {"item": {**USER, "content": "after the prune"}}),
+    (
+        "MEMORY_ITEMS_APPENDED",
+        {"items": [{"type": "message", "role": "assistant", "content": "still here"}]},
+    ),
+]
+
+
+async def _handwritten(
+    app: Any, tenant_id: str, name: str = "handwritten", rows: list[Any] | None = None
+) -> str:
     from app.runtime.ports import NewSession
     from app.runtime.session.events import NewEvent
 
-    sid = "golden-handwritten"
+    sid = f"golden-{name}"
     await services_of(app).stores.ledger.create_session(
         tenant_id,
-        session=NewSession(
-            session_id=sid, metadata={"golden": "handwritten"}, agent={}, binding={}
-        ),
-        events=[NewEvent(kind, payload) for kind, payload in HANDWRITTEN],
+        session=NewSession(session_id=sid, metadata={"golden": name}, agent={}, binding={}),
+        events=[NewEvent(kind, payload) for kind, payload in (rows or HANDWRITTEN)],
     )
     return sid
 
@@ -174,6 +186,9 @@ async def record(force: bool) -> list[Path]:
                     "v1-interrupted": await _interrupted_session(c),
                     "v1-handwritten": await _handwritten(app, tenant.tenant_id),
                     "v2-state": await _state_session(c),
+                    "v3-pruned": await _handwritten(
+                        app, tenant.tenant_id, "pruned", PRUNED_AT_START
+                    ),
                 }
             runtime = services_of(app).runtime
             for name, sid in sessions.items():

@@ -2,11 +2,13 @@
 
 Rules: create, append (with and without expected_seq), stale append, save, fork at a random
 seq, restore, resume, delete, runs of the scripted model, compactions (every strategy),
-window changes, and shared-state sets and JSON Patches (some of which do not apply). The
-model is a plain dict of item lists and one of shared states. After every step:
-seqs are 1..N per session; the projection (fold of the whole ledger) equals live memory and
-the model, and so does the shared state; every snapshot equals the fold of the ledger up to
-its seq; a fork at k equals the parent's fold at k.
+window changes, shared-state sets and JSON Patches (some of which do not apply), and prunes
+of the ledger at random points (a dry run, or a real one up to the newest snapshot nothing
+pending needs). The model is a plain dict of item lists and one of shared states. After
+every step: seqs are gapless per session, 1..N or, once pruned, from the HISTORY_PRUNED
+marker on; the projection (fold of the whole ledger, from the snapshot at the marker once
+pruned) equals live memory and the model, and so does the shared state; every snapshot
+equals the fold of the ledger up to its seq; a fork at k equals the parent's fold at k.
 
 The machine runs its own event loop and engine (Hypothesis drives it synchronously).
 """
@@ -33,12 +35,13 @@ from hypothesis.stateful import (
 
 from app.assembly import runtime_over
 from app.runtime.access.accounts import Accounts
-from app.runtime.errors import InvalidPatch, SeqConflict
+from app.runtime.errors import InvalidForkPoint, InvalidPatch, SeqConflict
 from app.runtime.memory.compact import compact_session
 from app.runtime.memory.compaction import ScriptedSummarizer
 from app.runtime.models.scripted import ScriptedModel
 from app.runtime.runs.manager import RunManager
 from app.runtime.runs.plan import RunRequest
+from app.runtime.session.events import Event, EventType
 from app.runtime.session.json_patch import apply_patch
 from app.runtime.session.projector import evict_to_window, fold
 from app.runtime.session.state import SessionState
@@ -152,10 +155,42 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             loaded = self.run_sync(self.runtime.resume(self.tenant, sid))
             assert loaded.state.items == self.model[sid]
 
+        def fold_from_start(self, sid: str, events: list[Event]) -> SessionState:
+            """The fold of a ledger read from its start, found independently of the runtime:
+            once pruned, from the snapshot at the marker (or the oldest after it)."""
+            if not events or events[0].type != EventType.HISTORY_PRUNED:
+                return fold(None, events)
+            snaps = self.run_sync(self.store.ledger.list_snapshots(self.tenant, sid))
+            base = next(x for x in snaps if x.seq >= events[0].seq)
+            state = SessionState.from_json(base.state)
+            return fold(state, [e for e in events if e.seq > base.seq])
+
+        @rule(sid=sessions, dry_run=st.booleans(), min_events=st.integers(1, 6))
+        def prune(self, sid: str, dry_run: bool, min_events: int) -> None:
+            before = self.run_sync(self.store.ledger.list_events(self.tenant, sid))
+            outcome = self.run_sync(
+                self.runtime.prune(self.tenant, sid, min_events=min_events, dry_run=dry_run)
+            )
+            after = self.run_sync(self.store.ledger.list_events(self.tenant, sid))
+            if dry_run or outcome.cut_seq is None:
+                assert after == before
+                return
+            cut = outcome.cut_seq
+            assert after[0].type == EventType.HISTORY_PRUNED and after[0].seq == cut
+            assert after[1:] == [e for e in before if e.seq > cut]
+            # Never across a pending call: every call pending now keeps its TOOL_CALL.
+            pending = self.run_sync(self.runtime.load(self.tenant, sid)).state.pending
+            kept_calls = {e.payload.get("call_id") for e in after if e.type == "TOOL_CALL"}
+            assert set(pending) <= kept_calls
+
         @rule(target=sessions, sid=sessions, data=st.data())
         def fork(self, sid: str, data: st.DataObject) -> str:
             head = self.run_sync(self.runtime.get(self.tenant, sid)).last_seq
-            at = data.draw(st.integers(1, head))
+            start = self.run_sync(self.runtime.history_start(self.tenant, sid))
+            if start > 1 and data.draw(st.booleans()):
+                with pytest.raises(InvalidForkPoint):
+                    self.run_sync(self.runtime.fork(self.tenant, sid, at_seq=start - 1))
+            at = data.draw(st.integers(start, head))
             expected = self.run_sync(self.runtime.state_at(self.tenant, sid, at))
             self.counter += 1
             child = f"s{self.counter}"
@@ -167,7 +202,7 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             parent_events = self.run_sync(
                 self.store.ledger.list_events(self.tenant, sid, until_seq=at)
             )
-            assert fold(None, parent_events).items == loaded.state.items
+            assert self.fold_from_start(sid, parent_events).items == loaded.state.items
             assert loaded.state.shared_state == expected.shared_state
             self.model[child] = list(loaded.state.items)
             self.shared[child] = expected.shared_state
@@ -266,14 +301,18 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
         def ledger_is_consistent(self) -> None:
             for sid, items in self.model.items():
                 events = self.run_sync(self.store.ledger.list_events(self.tenant, sid))
-                assert [e.seq for e in events] == list(range(1, len(events) + 1))
-                full = fold(None, events)
+                first = events[0].seq
+                assert [e.seq for e in events] == list(range(first, first + len(events)))
+                assert first == 1 or events[0].type == EventType.HISTORY_PRUNED
+                full = self.fold_from_start(sid, events)
+                projected = self.run_sync(self.runtime.projection(self.tenant, sid))[1]
+                assert projected.memory_json() == full.memory_json()
                 live = self.run_sync(self.runtime.load(self.tenant, sid)).state
                 assert full.memory_json() == live.memory_json()
                 assert full.items == items
                 assert full.shared_state == live.shared_state == self.shared[sid]
                 for snap in self.run_sync(self.store.ledger.list_snapshots(self.tenant, sid)):
-                    upto = fold(None, [e for e in events if e.seq <= snap.seq])
+                    upto = self.fold_from_start(sid, [e for e in events if e.seq <= snap.seq])
                     assert SessionState.from_json(snap.state) == upto
 
     return LedgerMachine

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.assembly import runtime_over
 from app.runtime.session.events import EventType, NewEvent
 from app.store.stores import Stores
 from tests.conftest import Server, TenantKey, make_tenant
@@ -231,3 +232,40 @@ async def test_stream_tokens_scope_and_authenticate_browser_streams(
         assert (await browser.post("/v1/stream-tokens", json={})).status_code == 401
     missing = await http.post("/v1/stream-tokens", json={"session_id": "nope"})
     assert missing.status_code == 404
+
+
+async def test_resume_before_a_pruned_prefix_gets_the_marker_then_the_tail_then_live(
+    http: httpx.AsyncClient, store: Stores, tenant: TenantKey
+) -> None:
+    """Pruning replaced seqs 1..cut by one HISTORY_PRUNED event at cut: a client resuming
+    from inside that range gets the marker (which names the range), the tail, then live
+    events, with no gap after the marker and no duplicate."""
+    sid = await new_session(http)
+    for i in range(5):
+        await append_item(http, sid, f"before{i}")
+    assert (await http.post(f"/v1/sessions/{sid}/save", json={})).is_success
+    cut = (await http.get(f"/v1/sessions/{sid}")).json()["last_seq"]
+    for i in range(3):
+        await append_item(http, sid, f"after{i}")
+    head = (await http.get(f"/v1/sessions/{sid}")).json()["last_seq"]
+    outcome = await runtime_over(store).prune(tenant.tenant_id, sid)
+    assert outcome.cut_seq == cut
+    path = f"/v1/sessions/{sid}/events/stream"
+    async with stream(http, path, headers={"Last-Event-ID": "2"}) as (_, frames):
+        marker: Frame | None = None
+        ids: list[int] = []
+        async with asyncio.timeout(15):
+            async for frame in frames:
+                if frame.id is None:
+                    continue
+                if marker is None:
+                    marker = frame
+                ids.append(int(frame.id))
+                if ids[-1] == head:
+                    break
+        assert marker is not None and marker.event == "HISTORY_PRUNED"
+        assert marker.json["payload"]["first_seq"] == 1
+        assert marker.json["payload"]["last_seq"] == cut
+        assert ids == list(range(cut, head + 1))
+        await append_item(http, sid, "live")
+        assert await read_ids(frames, count=1) == [head + 1]

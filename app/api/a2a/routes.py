@@ -57,9 +57,7 @@ class _ClientErrorsWithoutTraceback(logging.Filter):
         return True
 
 
-logging.getLogger("a2a.server.routes.jsonrpc_dispatcher").addFilter(
-    _ClientErrorsWithoutTraceback()
-)
+logging.getLogger("a2a.server.routes.jsonrpc_dispatcher").addFilter(_ClientErrorsWithoutTraceback())
 
 
 class _CallContext(DefaultServerCallContextBuilder):

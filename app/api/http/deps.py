@@ -25,6 +25,7 @@ from app.runtime.runs.delegation import Delegator
 from app.runtime.runs.manager import RunManager
 from app.runtime.schedules.service import Scheduler
 from app.runtime.session.erasure import Eraser
+from app.runtime.session.retention import Retention
 from app.runtime.session.service import SessionRuntime
 from app.runtime.tools.mcp.catalog import McpCatalog
 from app.runtime.tools.processes import ProcessManager
@@ -182,6 +183,10 @@ async def get_eraser(services: ServicesDep) -> Eraser:
     return services.eraser
 
 
+async def get_retention(services: ServicesDep) -> Retention:
+    return services.retention
+
+
 async def get_operator(
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_admin_bearer)],
@@ -223,6 +228,7 @@ StreamSlotsDep = Annotated[StreamSlots, Depends(get_stream_slots)]
 StreamTokensDep = Annotated[StreamTokens, Depends(get_stream_tokens)]
 MetricsDep = Annotated[Metrics | None, Depends(get_metrics)]
 EraserDep = Annotated[Eraser, Depends(get_eraser)]
+RetentionDep = Annotated[Retention, Depends(get_retention)]
 OperatorDep = Annotated[str, Depends(get_operator)]
 IdempotencyKey = Annotated[
     str | None,

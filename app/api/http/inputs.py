@@ -5,9 +5,10 @@ lists and streams."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, model_validator
 
 from app.runtime.session.json_limits import check_json_value
 
@@ -78,3 +79,18 @@ def split_types(values: list[str] | None) -> list[str] | None:
         return None
     out = [t.strip() for v in values for t in v.split(",") if t.strip()]
     return out or None
+
+
+def _time_text(value: Any) -> Any:
+    """A JSON string naming a time (RFC 3339) as the datetime it names; anything else as it
+    is, for the strict check after it to refuse (a number is not a time)."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value
+
+
+# A point in time in a request body: an RFC 3339 string with its zone (422 without one).
+TimeWithZone = Annotated[AwareDatetime, BeforeValidator(_time_text)]

@@ -32,6 +32,8 @@ def session_summary(record: SessionRecord) -> dict[str, Any]:
         "active_run_id": record.active_run_id,
         "created_at": rfc3339(record.created_at),
         "updated_at": rfc3339(record.updated_at),
+        "expires_at": rfc3339(record.expires_at) if record.expires_at else None,
+        "idle_ttl_seconds": record.idle_ttl_seconds,
     }
 
 

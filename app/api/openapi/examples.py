@@ -33,6 +33,8 @@ SUMMARY: dict[str, Any] = {
     "active_run_id": None,
     "created_at": CREATED,
     "updated_at": LATER,
+    "expires_at": None,
+    "idle_ttl_seconds": 2_592_000,
 }
 SESSION: dict[str, Any] = {
     **SUMMARY,
@@ -292,6 +294,15 @@ FIRE: dict[str, Any] = {
     "run_id": RUN_ID,
     "session_id": "b6a1c0de-0000-4000-8000-000000000001",
     "created_at": CREATED,
+}
+
+RETENTION_POLICY: dict[str, Any] = {
+    "tenant_id": "t_3f9a1c",
+    "idle_days": 90,
+    "prune": True,
+    "prune_min_events": 5000,
+    "stored": True,
+    "updated_at": CREATED,
 }
 
 # operation (route function name) -> {"request": body example, "responses": {status: example}}
@@ -688,6 +699,31 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "erase_tenant": {"responses": {200: TENANT_RECEIPT}},
     "list_erasures": {
         "responses": {200: {"data": [TENANT_RECEIPT, SESSION_RECEIPT], "next_cursor": None}}
+    },
+    "get_retention_policy": {"responses": {200: RETENTION_POLICY}},
+    "put_retention_policy": {
+        "request": {"idle_days": 90, "prune": True, "prune_min_events": 5000},
+        "responses": {200: RETENTION_POLICY},
+    },
+    "run_retention": {
+        "responses": {
+            200: {
+                "dry_run": True,
+                "sessions_deleted": [{"tenant_id": "t_3f9a1c", "session_id": "old-chat"}],
+                "sessions_pruned": [
+                    {
+                        "tenant_id": "t_3f9a1c",
+                        "session_id": SID,
+                        "cut_seq": 9800,
+                        "events_removed": 9800,
+                        "snapshots_removed": 2,
+                    }
+                ],
+                "events_pruned": 9800,
+                "snapshots_deleted": 0,
+                "deliveries_deleted": 0,
+            }
+        }
     },
     "healthz": {"responses": {200: {"status": "ok"}}},
     "readyz": {

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.http.inputs import MAX_SEQ, SESSION_ID_PATTERN, RequestBody
+from app.api.http.inputs import MAX_SEQ, SESSION_ID_PATTERN, RequestBody, TimeWithZone
 from app.api.rest.event_models import EventRead, EventTypeName
 from app.runtime.memory.items import ContentPart, MemoryItem
 from app.runtime.runs.agent import AgentSpec
@@ -40,6 +40,17 @@ class SessionCreate(RequestBody):
         default_factory=dict, description='Where the session is bound, e.g. {"workspace": "a"}.'
     )
     max_items: int | None = Field(default=None, ge=1, le=100_000, description="Memory window.")
+    expires_at: TimeWithZone | None = Field(
+        default=None,
+        description="Delete the session at this time (its own retention; with a time zone).",
+    )
+    idle_ttl_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=2_000_000_000,  # the column is a 32-bit integer
+        description="Delete the session when not updated for this long (over the tenant's "
+        "retention policy).",
+    )
 
 
 class AgentRead(BaseModel):
@@ -73,6 +84,18 @@ class SessionPatch(RequestBody):
         default=None, ge=1, le=100_000, description="Change the memory window (WINDOW_CHANGED)."
     )
     clear_window: bool = Field(default=False, description="Remove the memory window.")
+    expires_at: TimeWithZone | None = Field(
+        default=None,
+        description="Delete the session at this time (its own retention; with a time zone); "
+        "null clears it.",
+    )
+    idle_ttl_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=2_000_000_000,  # the column is a 32-bit integer
+        description="Delete the session when not updated for this long (over the tenant's "
+        "retention policy); null clears it.",
+    )
 
 
 class ItemsAppend(RequestBody):
@@ -169,6 +192,12 @@ class SessionSummary(BaseModel):
     active_run_id: str | None
     created_at: datetime
     updated_at: datetime
+    expires_at: datetime | None = Field(
+        default=None, description="When the session will be deleted (its own retention)."
+    )
+    idle_ttl_seconds: int | None = Field(
+        default=None, description="The session's own idle TTL, over its tenant's policy."
+    )
 
 
 class SessionRead(SessionSummary):
@@ -233,7 +262,10 @@ class SaveRead(BaseModel):
 class ProjectionRead(BaseModel):
     session_id: str
     seq: int
-    memory: MemoryRead = Field(description="The fold of the whole ledger from seq 1.")
+    memory: MemoryRead = Field(
+        description="The fold of the whole ledger from seq 1 (of a pruned ledger: from the"
+        " snapshot kept at its HISTORY_PRUNED marker)."
+    )
     equals_live: bool = Field(description="Whether the fold equals the live session memory.")
 
 

@@ -3,7 +3,7 @@ restore, projection, memory."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -15,6 +15,7 @@ from app.api.http.deps import (
     IdempotencyKey,
     IfMatch,
     ModelsDep,
+    RetentionDep,
     RuntimeDep,
     SettingsDep,
     TenantDep,
@@ -79,6 +80,7 @@ async def create_session(
     runtime: RuntimeDep,
     blueprints: BlueprintsDep,
     models: ModelsDep,
+    retention: RetentionDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Create a session: a durable container with its own memory and event ledger.
@@ -104,12 +106,25 @@ async def create_session(
             max_items=body.max_items,
             idempotency=token,
         )
+        own = _retention_changes(body)
+        if own:
+            record = await retention.set_session_retention(
+                tenant.tenant_id, loaded.session.session_id, own
+            )
+            runtime.forget(tenant.tenant_id, record.session_id)
+            loaded = Loaded(session=record, state=loaded.state)
         return _display_created(loaded)
 
     async def replay(result: dict) -> Response:
         return _display_created(await runtime.as_committed(tenant.tenant_id, result))
 
     return await idempotent(request, runtime, tenant, idempotency_key, produce, replay)
+
+
+def _retention_changes(body: SessionCreate | SessionPatch) -> dict[str, Any]:
+    """The session's own retention fields the body gives (a PATCH's null clears one)."""
+    given = body.model_fields_set & {"expires_at", "idle_ttl_seconds"}
+    return {name: getattr(body, name) for name in sorted(given)}
 
 
 def _display_created(loaded: Loaded) -> Response:
@@ -176,13 +191,20 @@ async def patch_session(
     request: Request,
     tenant: TenantDep,
     runtime: RuntimeDep,
+    retention: RetentionDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Merge metadata (RFC 7386 merge patch: `null` deletes a key) and/or change the
     memory window (`max_items`, or `clear_window`). Each change is an event (METADATA_UPDATED,
     WINDOW_CHANGED); a request that changes nothing returns the session as it is.
+    `expires_at` and `idle_ttl_seconds` set the session's own retention (null clears one):
+    a column of the session, not an event, and not activity (`updated_at` stays).
     """
     window = (body.max_items,) if body.max_items is not None or body.clear_window else None
+    own = _retention_changes(body)
+    if own:
+        await retention.set_session_retention(tenant.tenant_id, session_id, own)
+        runtime.forget(tenant.tenant_id, session_id)
     if body.metadata is None and window is None:
         return JSONResponse(views.session_display(await runtime.load(tenant.tenant_id, session_id)))
 

@@ -35,6 +35,8 @@ from app.runtime.ports.records import (
     IdempotencyToken,
     NewRun,
     NewSession,
+    PruneFacts,
+    PruneOutcome,
     RunFinish,
     RunRecord,
     ScheduleRecord,
@@ -44,6 +46,7 @@ from app.runtime.ports.records import (
     TenantCursor,
     TenantPage,
     TenantRecord,
+    TenantRetention,
 )
 from app.runtime.ports.stores import (
     AccountPort,
@@ -79,6 +82,8 @@ __all__ = [
     "NewRun",
     "NewSession",
     "NoLiveFrames",
+    "PruneFacts",
+    "PruneOutcome",
     "RetentionPort",
     "RunControl",
     "RunFinish",
@@ -95,5 +100,6 @@ __all__ = [
     "TenantList",
     "TenantPage",
     "TenantRecord",
+    "TenantRetention",
     "Wakeup",
 ]

@@ -44,6 +44,21 @@ class SessionRecord:
     active_run_id: str | None
     created_at: datetime
     updated_at: datetime
+    # The session's own retention: deleted at this time / when idle this long.
+    expires_at: datetime | None = None
+    idle_ttl_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRetention:
+    """A tenant's retention policy (`retention_policies`): delete sessions idle for more than
+    `idle_days` (None: never for idleness), and prune ledgers when `prune` and at least
+    `prune_min_events` events would go."""
+
+    idle_days: int | None = None
+    prune: bool = False
+    prune_min_events: int = 1000
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,37 @@ class SnapshotRecord:
     kind: str
     state: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PruneFacts:
+    """What a prune decides on, read under the session's row lock (`LedgerPort.prune_session`).
+
+    `history_start`: the seq of the ledger's first event (1 if never pruned; a fork's own
+    first seq is 1 too). `marker`: the payload of the HISTORY_PRUNED event at
+    `history_start`, if the ledger starts with one. `run_first_seq`: the first seq of the
+    session's active run, if it has one. `snapshots`: (seq, state) of intact snapshots below
+    that run's first seq (below `last_seq + 1` without one), newest first, at most a few.
+    """
+
+    session: SessionRecord
+    history_start: int
+    marker: dict[str, Any] | None
+    run_first_seq: int | None
+    snapshots: list[tuple[int, dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class PruneOutcome:
+    """What one prune did (or, in a dry run, would do): `cut_seq` is the seq the marker
+    took (None: nothing pruned, `reason` says why); events and snapshots removed."""
+
+    session_id: str
+    cut_seq: int | None
+    events_removed: int
+    snapshots_removed: int
+    reason: str
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)

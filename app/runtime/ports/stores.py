@@ -7,7 +7,7 @@ their implementations; the webhooks' port is beside its records
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,6 +21,8 @@ from app.runtime.ports.records import (
     IdempotencyToken,
     NewRun,
     NewSession,
+    PruneFacts,
+    PruneOutcome,
     RunFinish,
     RunRecord,
     ScheduleRecord,
@@ -30,6 +32,7 @@ from app.runtime.ports.records import (
     TenantCursor,
     TenantPage,
     TenantRecord,
+    TenantRetention,
 )
 from app.runtime.session.events import Event, NewEvent
 
@@ -179,6 +182,10 @@ class LedgerPort(Protocol):
         self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
     ) -> SnapshotRecord | None: ...
 
+    async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
+        """Every snapshot of the session, oldest first (state included)."""
+        ...
+
     async def list_tenant_events(
         self,
         tenant_id: str,
@@ -191,6 +198,27 @@ class LedgerPort(Protocol):
     async def save_snapshot(
         self, tenant_id: str, session_id: str, *, seq: int, kind: str, state: dict[str, Any]
     ) -> bool: ...
+
+    async def prune_session(
+        self,
+        tenant_id: str,
+        session_id: str,
+        *,
+        decide: Callable[[PruneFacts], int | str],
+        mark: Callable[[PruneFacts, int, int], NewEvent],
+        dry_run: bool = False,
+    ) -> PruneOutcome | None:
+        """Prune the session's ledger up to a snapshot, in one transaction under the session
+        row's lock, taken without waiting: None when another writer (a replica's pass) holds
+        it, or when there is no such session.
+
+        `decide(facts)` returns the seq of the snapshot to cut at, or why not (a reason);
+        `mark(facts, cut, n)` builds the one HISTORY_PRUNED event put at seq `cut` in place
+        of the `n` events up to it (the earlier marker not counted). Events at or below the
+        cut and snapshots below it are deleted; `last_seq`, `version` and the state stay as
+        they are. In a dry run nothing is written and the outcome says what would go.
+        """
+        ...
 
 
 class IdempotencyPort(Protocol):
@@ -355,15 +383,36 @@ class TenantList(Protocol):
 
 
 class RetentionPort(Protocol):
-    """What a retention pass removes (the maintenance store)."""
+    """What a retention pass reads and removes (the maintenance store), and the policies
+    it applies."""
 
-    async def list_idle_sessions(
-        self, tenant_id: str, *, updated_before: datetime, limit: int
+    async def get_tenant_policy(self, tenant_id: str) -> TenantRetention | None: ...
+
+    async def put_tenant_policy(
+        self, tenant_id: str, policy: TenantRetention
+    ) -> TenantRetention | None: ...
+
+    async def set_session_retention(
+        self, tenant_id: str, session_id: str, *, changes: dict[str, Any]
+    ) -> SessionRecord | None: ...
+
+    async def list_retention_candidates(
+        self,
+        tenant_id: str,
+        *,
+        now: datetime,
+        idle_before: datetime | None,
+        after: str | None,
+        limit: int,
     ) -> list[SessionRecord]: ...
 
-    async def delete_idle_session(
-        self, tenant_id: str, session_id: str, *, updated_before: datetime
+    async def delete_due_session(
+        self, tenant_id: str, session_id: str, *, due: Callable[[SessionRecord], bool]
     ) -> bool: ...
+
+    async def list_prunable_sessions(
+        self, tenant_id: str, *, min_last_seq: int, after: str | None, limit: int
+    ) -> list[str]: ...
 
     async def delete_old_snapshots(self, tenant_id: str, *, keep: int) -> int: ...
 

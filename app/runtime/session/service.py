@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from app.runtime.errors import (
     BindingMismatch,
+    HistoryPrunedError,
     IdempotencyKeyReused,
     InvalidForkPoint,
     InvalidItems,
@@ -42,12 +43,14 @@ from app.runtime.ports import (
     NewRun,
     NewSession,
     NoLiveFrames,
+    PruneOutcome,
     RunFinish,
     RunPort,
     RunRecord,
     SessionLoad,
     SessionRecord,
     SessionWriter,
+    SnapshotRecord,
     TenantCursor,
     TenantPage,
 )
@@ -55,6 +58,7 @@ from app.runtime.session import event_payloads as ev
 from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.metadata import check_metadata_size
 from app.runtime.session.projector import apply_event, fold
+from app.runtime.session.pruning import BUSY, cut_point, history_pruned, pruned_at
 from app.runtime.session.shared_state import check_state_size, patch_events, set_events
 from app.runtime.session.state import SessionState, validate_recovery_object
 from app.runtime.session.store_writer import StoreWriter
@@ -228,9 +232,12 @@ class SessionRuntime:
             tail = await self.ledger.list_events(
                 tenant_id, session_id, after_seq=kept[1].seq, until_seq=seq
             )
-            return fold(kept[1], tail)
+            if pruned_at(tail) is None:  # else the cached state predates a prune: below
+                return fold(kept[1], tail)
         snap = await self.ledger.get_snapshot(tenant_id, session_id, at_or_below=seq)
         base = SessionState.from_json(snap.state) if snap is not None else None
+        if base is None and (start := await self.history_start(tenant_id, session_id)) > seq:
+            raise HistoryPrunedError(start)  # its fold needs events that were pruned
         after = base.seq if base is not None else 0
         events = await self.ledger.list_events(
             tenant_id, session_id, after_seq=after, until_seq=seq
@@ -279,10 +286,66 @@ class SessionRuntime:
         )
 
     async def projection(self, tenant_id: str, session_id: str) -> tuple[Loaded, SessionState]:
-        """(live state, fold of the whole ledger from seq 1 to the same seq)."""
+        """(live state, fold of the whole ledger from seq 1 to the same seq).
+
+        A pruned ledger starts with its marker: the fold starts from the snapshot kept at
+        the marker's seq (the state the pruned prefix folded to) instead of from nothing."""
         loaded = await self.load(tenant_id, session_id)
         events = await self.ledger.list_events(tenant_id, session_id, until_seq=loaded.state.seq)
-        return loaded, fold(None, events)
+        return loaded, await self._fold_ledger(tenant_id, session_id, events)
+
+    async def _fold_ledger(
+        self, tenant_id: str, session_id: str, events: builtins.list[Event]
+    ) -> SessionState:
+        """The fold of a ledger read from its start (which a prune's marker may begin)."""
+        cut = pruned_at(events)
+        if cut is None:
+            return fold(None, events)
+        base = await self._pruned_base(tenant_id, session_id, cut)
+        return fold(SessionState.from_json(base.state), [e for e in events if e.seq > base.seq])
+
+    async def _pruned_base(self, tenant_id: str, session_id: str, cut: int) -> SnapshotRecord:
+        """The snapshot a fold of a ledger pruned at `cut` starts from: the one kept at the
+        marker, or else (a fork of a pruned session copies a later snapshot only) the
+        oldest one after it, as good a base, being the fold of the ledger up to it."""
+        snap = await self.ledger.get_snapshot(tenant_id, session_id, at_or_below=cut)
+        if snap is not None and snap.seq == cut:
+            return snap
+        later = [s for s in await self.ledger.list_snapshots(tenant_id, session_id) if s.seq > cut]
+        if not later:
+            raise HistoryPrunedError(cut)
+        return later[0]
+
+    async def history_start(self, tenant_id: str, session_id: str) -> int:
+        """The least seq the ledger can be folded to: 1, or once pruned the seq of the
+        snapshot its fold starts from (the marker's own seq, but for some forks)."""
+        first = await self.ledger.list_events(tenant_id, session_id, limit=1)
+        cut = pruned_at(first)
+        if cut is None:
+            return 1
+        return (await self._pruned_base(tenant_id, session_id, cut)).seq
+
+    async def prune(
+        self, tenant_id: str, session_id: str, *, min_events: int = 1, dry_run: bool = False
+    ) -> PruneOutcome:
+        """Prune the session's ledger up to its newest snapshot that nothing pending needs
+        (`app.runtime.session.pruning`); state, `last_seq` and version are unchanged, so a
+        cached state stays good.
+
+        Raises:
+            SessionNotFound.
+        """
+        outcome = await self.ledger.prune_session(
+            tenant_id,
+            session_id,
+            decide=lambda facts: cut_point(facts, min_events=min_events),
+            mark=history_pruned,
+            dry_run=dry_run,
+        )
+        if outcome is None:
+            await self.get(tenant_id, session_id)
+            return PruneOutcome(session_id, None, 0, 0, BUSY, dry_run)
+        return outcome
 
     async def history(
         self, tenant_id: str, session_id: str, *, after_seq: int = 0, limit: int = 500
@@ -636,6 +699,12 @@ class SessionRuntime:
         if not 1 <= at <= source.last_seq:
             raise InvalidForkPoint(
                 f"at_seq must be between 1 and {source.last_seq}", last_seq=source.last_seq
+            )
+        if at_seq is not None and at < (start := await self.history_start(tenant_id, session_id)):
+            raise InvalidForkPoint(
+                f"history before seq {start} was pruned: at_seq must be between {start}"
+                f" and {source.last_seq}",
+                last_seq=source.last_seq,
             )
         if metadata is not None:
             check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)

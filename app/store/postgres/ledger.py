@@ -15,12 +15,13 @@ transaction, so that a cursor never steps over an event that commits late.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnClause, bindparam, literal_column, select, tuple_
+from sqlalchemy import ColumnClause, bindparam, literal_column, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import SeqConflict, SessionNotFound, VersionConflict
@@ -47,7 +48,7 @@ from app.store.base import (
     utcnow,
 )
 from app.store.idempotency import IdempotencyStore
-from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore
+from app.store.ledger import EVENT_COLUMN_LIST, HISTORY_PRUNED, LedgerStore
 from app.store.payloads import Payloads
 from app.store.postgres.calls import APPEND_EVENTS, EventArrays, Refused, call_in, refusal
 from app.store.postgres.database import PostgresDatabase
@@ -56,6 +57,13 @@ from app.store.postgres.writes import SESSION_COLUMNS, SPAN, FunctionWrites
 from app.store.runs import json_text
 from app.store.tables import session_events, sessions
 from app.tracing import span
+
+_T = TypeVar("_T")
+# A prune's marker: the writers' shared insert, in the prune's own transaction.
+_INSERT_MARKER = text(
+    "SELECT asr_insert_events(:tenant, :session, :seq, pg_current_xact_id()::text::bigint,"
+    " now(), CAST(:events AS jsonb))"
+)
 
 # The session row, locked against every other writer until the transaction ends (`hold`).
 _LOCK_SESSION = (
@@ -184,6 +192,35 @@ class PostgresLedger(LedgerStore):
             idempotency,
         )  # fmt: skip
 
+    async def _prune_transaction(
+        self, tenant_id: str, work: Callable[[AsyncConnection], Coroutine[Any, Any, _T]]
+    ) -> _T:
+        async with self.db.write(tenant_id) as conn:
+            return await work(conn)
+
+    async def _insert_marker(
+        self, conn: AsyncConnection, record: SessionRecord, seq: int, marker: NewEvent
+    ) -> None:
+        """Through `asr_insert_events`, the one place PostgreSQL's writers list an event's
+        columns, as one event ending at `seq` (its outbox rows included)."""
+        clean, _ = self.payloads.persistable_json(marker.payload)
+        event = {
+            "id": str(uuid.uuid4()),
+            "type": str(marker.type),
+            "payload": clean,
+            "run_id": marker.run_id,
+            "turn_id": marker.turn_id,
+        }
+        await conn.execute(
+            _INSERT_MARKER,
+            {
+                "tenant": record.tenant_id,
+                "session": record.session_id,
+                "seq": seq,
+                "events": json_text([event]),
+            },
+        )
+
     @asynccontextmanager
     async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[HeldSession]:
         """A write transaction that has locked the session's row (`FOR UPDATE`): every
@@ -272,8 +309,11 @@ class PostgresLedger(LedgerStore):
                 return None
             if row["o_events"] is not None:
                 tail = [event_from_mapping(e) for e in row["o_events"]]
-                record = session_from_mapping(row["o_session"])
-                return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
+                if not tail or tail[0].type != HISTORY_PRUNED:
+                    record = session_from_mapping(row["o_session"])
+                    return SessionLoad(session=record, from_base=True, snapshot=None, tail=tail)
+                # The cached state predates a prune: read from the snapshot instead.
+                return await super().load_session(tenant_id, session_id)
         return await super().load_session(tenant_id, session_id, base=base, lagging=lagging)
 
     async def _events(

@@ -10,11 +10,11 @@ needs no transaction ids.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import BigInteger, literal, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,6 +51,7 @@ from app.store.sqlite.runs import SqliteRuns
 from app.store.sqlite.writer import driver, session_from_tuple, sqlite_time
 from app.store.tables import session_events, session_snapshots, sessions
 
+_T = TypeVar("_T")
 _SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
 
 # A random (version 4, variant 1) UUID in its text form, from SQLite's own functions.
@@ -189,6 +190,17 @@ class SqliteLedger(LedgerStore):
             return result
 
         return cast(AppendResult, await self.jobs.run(work, held=held))
+
+    async def _prune_transaction(
+        self, tenant_id: str, work: Callable[[AsyncConnection], Coroutine[Any, Any, _T]]
+    ) -> _T:
+        """A job of the single writer, like every write that inserts events."""
+        return cast(_T, await self.jobs.run(work))
+
+    async def _insert_marker(
+        self, conn: AsyncConnection, record: SessionRecord, seq: int, marker: NewEvent
+    ) -> None:
+        await self.jobs.insert_events(conn, record, [marker], first_seq=seq)
 
     @asynccontextmanager
     async def hold(self, tenant_id: str, session_id: str) -> AsyncIterator[HeldSession]:

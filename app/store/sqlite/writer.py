@@ -85,7 +85,7 @@ def sqlite_time(value: datetime) -> str:
 def session_from_tuple(row: tuple[Any, ...]) -> SessionRecord:
     """A `sessions` row selected with every column in table order, as the store's record."""
     (tenant, session, root, parent, forked, status, meta, agent, binding, last_seq, version,
-     active, created, updated) = row  # fmt: skip
+     active, created, updated, expires, idle_ttl) = row  # fmt: skip
     return SessionRecord(
         tenant_id=tenant,
         session_id=session,
@@ -101,6 +101,8 @@ def session_from_tuple(row: tuple[Any, ...]) -> SessionRecord:
         active_run_id=active,
         created_at=as_utc(datetime.fromisoformat(created)),
         updated_at=as_utc(datetime.fromisoformat(updated)),
+        expires_at=as_utc(datetime.fromisoformat(expires)) if expires else None,
+        idle_ttl_seconds=idle_ttl,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
@@ -78,6 +79,11 @@ RunMode = Literal["wait", "stream", "background"]
 Multitask = Literal["reject", "enqueue", "interrupt"]
 Strategy = Literal["truncate", "summarize", "tool_results"]
 JSON = dict[str, Any]
+
+
+def _time(value: datetime | str | None) -> str | None:
+    """A time as the service reads it (RFC 3339, with its zone)."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _s(session_id: str) -> str:
@@ -170,9 +176,14 @@ class SessionClient:
         agent_name: str | None = None,
         binding: JSON | None = None,
         max_items: int | None = None,
+        expires_at: datetime | str | None = None,
+        idle_ttl_seconds: int | None = None,
         idempotency_key: str | None = None,
     ) -> SessionRead:
-        """Create a session (your own id or a generated one) and return its display snapshot."""
+        """Create a session (your own id or a generated one) and return its display snapshot.
+
+        `expires_at` (a time with its zone) and `idle_ttl_seconds` are the session's own
+        retention: deleted at that time, or when idle that long."""
         body = clean(
             session_id=session_id,
             metadata=metadata,
@@ -180,6 +191,8 @@ class SessionClient:
             agent_name=agent_name,
             binding=binding,
             max_items=max_items,
+            expires_at=_time(expires_at),
+            idle_ttl_seconds=idle_ttl_seconds,
         )
         return self._send(keyed("POST", "/v1/sessions", SessionRead, body, idempotency_key))
 
@@ -206,10 +219,18 @@ class SessionClient:
         metadata: JSON | None = None,
         max_items: int | None = None,
         clear_window: bool | None = None,
+        expires_at: datetime | str | None = None,
+        idle_ttl_seconds: int | None = None,
+        clear_retention: bool = False,
         idempotency_key: str | None = None,
     ) -> SessionRead:
-        """Merge metadata (RFC 7386: None values delete keys) and/or change the memory window."""
+        """Merge metadata (RFC 7386: None values delete keys) and/or change the memory window,
+        and/or set the session's own retention (`expires_at`, `idle_ttl_seconds`;
+        `clear_retention` clears both first)."""
         body = clean(metadata=metadata, max_items=max_items, clear_window=clear_window)
+        if clear_retention:
+            body.update(expires_at=None, idle_ttl_seconds=None)
+        body.update(clean(expires_at=_time(expires_at), idle_ttl_seconds=idle_ttl_seconds))
         return self._send(
             keyed("PATCH", _s(session_id), SessionRead, body, idempotency_key)
         )

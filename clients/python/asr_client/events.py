@@ -121,6 +121,26 @@ class MetadataUpdatedEvent(EventFrame):
     payload: MetadataUpdated
 
 
+class HistoryPruned(Model):
+    """The ledger's prefix `first_seq` .. `last_seq` was pruned, and this marker stands in
+    its place at `last_seq` (its own seq), so `seq` stays gapless: history starts here. The
+    memory at `last_seq` is the snapshot kept at `snapshot_seq` (the same seq); what a reader
+    of the events needs before it is gone. `events_pruned` counts every event this session's
+    prunes removed so far (the replaced markers not included)."""
+
+    first_seq: int
+    last_seq: int
+    snapshot_seq: int
+    events_pruned: int
+
+
+class HistoryPrunedEvent(EventFrame):
+    """An event of type HISTORY_PRUNED."""
+
+    type: Literal["HISTORY_PRUNED"]
+    payload: HistoryPruned
+
+
 class UserInput(Model):
     """The user's input to a run, added to memory as a user message item."""
 
@@ -571,6 +591,7 @@ LedgerEvent = Annotated[
     | SessionForkedEvent
     | SessionRestoredEvent
     | MetadataUpdatedEvent
+    | HistoryPrunedEvent
     | UserInputEvent
     | MemoryItemsAppendedEvent
     | ToolResultEvent
@@ -606,6 +627,7 @@ EVENT_MODELS: dict[str, type[EventFrame]] = {
     "SESSION_FORKED": SessionForkedEvent,
     "SESSION_RESTORED": SessionRestoredEvent,
     "METADATA_UPDATED": MetadataUpdatedEvent,
+    "HISTORY_PRUNED": HistoryPrunedEvent,
     "USER_INPUT": UserInputEvent,
     "MEMORY_ITEMS_APPENDED": MemoryItemsAppendedEvent,
     "TOOL_RESULT": ToolResultEvent,

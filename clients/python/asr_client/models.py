@@ -60,6 +60,8 @@ class SessionSummary(Model):
     active_run_id: str | None
     created_at: datetime
     updated_at: datetime
+    expires_at: datetime | None = None
+    idle_ttl_seconds: int | None = None
 
 
 class SessionRead(SessionSummary):

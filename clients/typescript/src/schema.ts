@@ -68,6 +68,8 @@ export interface paths {
          * @description Merge metadata (RFC 7386 merge patch: `null` deletes a key) and/or change the
          *     memory window (`max_items`, or `clear_window`). Each change is an event (METADATA_UPDATED,
          *     WINDOW_CHANGED); a request that changes nothing returns the session as it is.
+         *     `expires_at` and `idle_ttl_seconds` set the session's own retention (null clears one):
+         *     a column of the session, not an event, and not activity (`updated_at` stays).
          */
         patch: operations["updateSession"];
         trace?: never;
@@ -1368,6 +1370,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant_id}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a tenant's retention policy
+         * @description The tenant's policy: its own (`stored: true`), or the service's defaults.
+         */
+        get: operations["getRetentionPolicy"];
+        /**
+         * Set a tenant's retention policy
+         * @description Store the tenant's policy whole: delete sessions idle past `idle_days`, and/or prune
+         *     long ledgers. Every replica's next retention pass applies it (or run one now with
+         *     `POST /v1/admin/tenants/{tenant_id}/retention/run`).
+         */
+        put: operations["putRetentionPolicy"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant_id}/retention/run": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a tenant's retention pass now, or a dry run that says what it would remove
+         * @description The tenant's part of the retention pass every replica runs each
+         *     `ASR_RETENTION_INTERVAL_SECONDS`: expired and idle sessions deleted, long ledgers
+         *     pruned, old snapshots and settled webhook deliveries dropped. A dry run (the default)
+         *     removes nothing and lists the sessions it would delete and prune. (`asr retention run`
+         *     passes over every tenant.)
+         */
+        post: operations["runRetention"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     APPROVAL_DECIDED: {
@@ -1526,6 +1578,33 @@ export interface webhooks {
          *     out the subscription is disabled (`deliveries_failing`).
          */
         post: operations["deliverFinalOutput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    HISTORY_PRUNED: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A HISTORY_PRUNED event, delivered
+         * @description Sent to every active subscription whose `event_types` include this
+         *     type (or `*`), whose `session_id` and `metadata_filter`, if set, match the event's session.
+         *
+         *     Verify the signature with any Standard Webhooks library before trusting the body. Deliveries
+         *     are at least once and in order per session: answer any 2xx within the timeout to acknowledge;
+         *     anything else (another status, a timeout, a redirect) is retried with exponential backoff and
+         *     jitter, and a later event of the same session waits for this one. When the retry window runs
+         *     out the subscription is disabled (`deliveries_failing`).
+         */
+        post: operations["deliverHistoryPruned"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2278,7 +2357,7 @@ export interface components {
             /** Version */
             version: number;
             /** Events */
-            events: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"] | components["schemas"]["StateSetEvent"] | components["schemas"]["StatePatchedEvent"])[];
+            events: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["HistoryPrunedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"] | components["schemas"]["StateSetEvent"] | components["schemas"]["StatePatchedEvent"])[];
         };
         /**
          * ApprovalDecided
@@ -3012,7 +3091,7 @@ export interface components {
         /** EventList */
         EventList: {
             /** Data */
-            data: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"] | components["schemas"]["StateSetEvent"] | components["schemas"]["StatePatchedEvent"])[];
+            data: (components["schemas"]["SessionCreatedEvent"] | components["schemas"]["SessionSavedEvent"] | components["schemas"]["SessionResumedEvent"] | components["schemas"]["SessionForkedEvent"] | components["schemas"]["SessionRestoredEvent"] | components["schemas"]["MetadataUpdatedEvent"] | components["schemas"]["HistoryPrunedEvent"] | components["schemas"]["UserInputEvent"] | components["schemas"]["MemoryItemsAppendedEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["ToolOutputReplacedEvent"] | components["schemas"]["MemoryCompressEvent"] | components["schemas"]["WindowChangedEvent"] | components["schemas"]["RunStartedEvent"] | components["schemas"]["StepStartEvent"] | components["schemas"]["ModelRequestEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ToolCallEvent"] | components["schemas"]["FinalOutputEvent"] | components["schemas"]["StepEndEvent"] | components["schemas"]["AutoContinueEvent"] | components["schemas"]["AutoStopEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalDecidedEvent"] | components["schemas"]["RunFinishedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["ProcessStartedEvent"] | components["schemas"]["ProcessExitedEvent"] | components["schemas"]["StateSetEvent"] | components["schemas"]["StatePatchedEvent"])[];
             /**
              * Next After Seq
              * @description Pass as after_seq for the next page.
@@ -3031,7 +3110,7 @@ export interface components {
              * @description An event type of the vocabulary (`GET /v1/event-types`).
              * @enum {string}
              */
-            type: "SESSION_CREATED" | "SESSION_SAVED" | "SESSION_RESUMED" | "SESSION_FORKED" | "SESSION_RESTORED" | "METADATA_UPDATED" | "USER_INPUT" | "MEMORY_ITEMS_APPENDED" | "TOOL_RESULT" | "TOOL_OUTPUT_REPLACED" | "MEMORY_COMPRESS" | "WINDOW_CHANGED" | "RUN_STARTED" | "STEP_START" | "MODEL_REQUEST" | "MODEL_RESPONSE" | "TOOL_CALL" | "FINAL_OUTPUT" | "STEP_END" | "AUTO_CONTINUE" | "AUTO_STOP" | "APPROVAL_REQUESTED" | "APPROVAL_DECIDED" | "RUN_FINISHED" | "ERROR" | "PROCESS_STARTED" | "PROCESS_EXITED" | "STATE_SET" | "STATE_PATCHED";
+            type: "SESSION_CREATED" | "SESSION_SAVED" | "SESSION_RESUMED" | "SESSION_FORKED" | "SESSION_RESTORED" | "METADATA_UPDATED" | "HISTORY_PRUNED" | "USER_INPUT" | "MEMORY_ITEMS_APPENDED" | "TOOL_RESULT" | "TOOL_OUTPUT_REPLACED" | "MEMORY_COMPRESS" | "WINDOW_CHANGED" | "RUN_STARTED" | "STEP_START" | "MODEL_REQUEST" | "MODEL_RESPONSE" | "TOOL_CALL" | "FINAL_OUTPUT" | "STEP_END" | "AUTO_CONTINUE" | "AUTO_STOP" | "APPROVAL_REQUESTED" | "APPROVAL_DECIDED" | "RUN_FINISHED" | "ERROR" | "PROCESS_STARTED" | "PROCESS_EXITED" | "STATE_SET" | "STATE_PATCHED";
             /**
              * Description
              * @description What an event of this type records, in one line.
@@ -3201,6 +3280,74 @@ export interface components {
             item: {
                 [key: string]: unknown;
             };
+        };
+        /**
+         * HistoryPruned
+         * @description The ledger's prefix `first_seq` .. `last_seq` was pruned, and this marker stands in
+         *     its place at `last_seq` (its own seq), so `seq` stays gapless: history starts here. The
+         *     memory at `last_seq` is the snapshot kept at `snapshot_seq` (the same seq); what a reader
+         *     of the events needs before it is gone. `events_pruned` counts every event this session's
+         *     prunes removed so far (the replaced markers not included).
+         */
+        HistoryPruned: {
+            /** First Seq */
+            first_seq: number;
+            /** Last Seq */
+            last_seq: number;
+            /** Snapshot Seq */
+            snapshot_seq: number;
+            /** Events Pruned */
+            events_pruned: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * HistoryPrunedEvent
+         * @description An event of type HISTORY_PRUNED.
+         */
+        HistoryPrunedEvent: {
+            /**
+             * Event Id
+             * @description Globally unique id of the event.
+             */
+            event_id: string;
+            /** Session Id */
+            session_id: string;
+            /**
+             * Seq
+             * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+             */
+            seq: number;
+            /**
+             * Run Id
+             * @description The run that wrote it, if any.
+             */
+            run_id: string | null;
+            /**
+             * Turn Id
+             * @description The model turn that wrote it, if any.
+             */
+            turn_id: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             * @description When it was committed (RFC 3339, UTC, `Z`).
+             */
+            created_at: string;
+            /**
+             * Position
+             * @description Position in the tenant-wide order of events.
+             */
+            position: number;
+            /**
+             * @description The event type. (enum property replaced by openapi-typescript)
+             * @enum {string}
+             */
+            type: "HISTORY_PRUNED";
+            /** @description What the event records. */
+            payload: components["schemas"]["HistoryPruned"];
+        } & {
+            [key: string]: unknown;
         };
         /** ImagePart */
         ImagePart: {
@@ -4034,7 +4181,7 @@ export interface components {
             session_id: string;
             /** Seq */
             seq: number;
-            /** @description The fold of the whole ledger from seq 1. */
+            /** @description The fold of the whole ledger from seq 1 (of a pruned ledger: from the snapshot kept at its HISTORY_PRUNED marker). */
             memory: components["schemas"]["MemoryRead"];
             /**
              * Equals Live
@@ -4071,6 +4218,22 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** PrunedSession */
+        PrunedSession: {
+            /** Tenant Id */
+            tenant_id: string;
+            /** Session Id */
+            session_id: string;
+            /**
+             * Cut Seq
+             * @description The seq the HISTORY_PRUNED marker takes (or would).
+             */
+            cut_seq: number;
+            /** Events Removed */
+            events_removed: number;
+            /** Snapshots Removed */
+            snapshots_removed: number;
+        };
         /** RestoreRequest */
         RestoreRequest: {
             /** @description A recovery object, as GET .../state returns it. */
@@ -4093,6 +4256,76 @@ export interface components {
             binding?: {
                 [key: string]: unknown;
             } | null;
+        };
+        /**
+         * RetentionPassRead
+         * @description What one retention pass did, or in a dry run would do.
+         */
+        RetentionPassRead: {
+            /** Dry Run */
+            dry_run: boolean;
+            /**
+             * Sessions Deleted
+             * @description {tenant_id, session_id} of every session deleted (or to be).
+             */
+            sessions_deleted: {
+                [key: string]: string;
+            }[];
+            /** Sessions Pruned */
+            sessions_pruned: components["schemas"]["PrunedSession"][];
+            /** Events Pruned */
+            events_pruned: number;
+            /**
+             * Snapshots Deleted
+             * @description Old snapshots dropped (0 in a dry run).
+             */
+            snapshots_deleted: number;
+            /**
+             * Deliveries Deleted
+             * @description Settled webhook deliveries dropped (0 dry).
+             */
+            deliveries_deleted: number;
+        };
+        /** RetentionPolicyRead */
+        RetentionPolicyRead: {
+            /** Tenant Id */
+            tenant_id: string;
+            /** Idle Days */
+            idle_days: number | null;
+            /** Prune */
+            prune: boolean;
+            /** Prune Min Events */
+            prune_min_events: number;
+            /**
+             * Stored
+             * @description Whether the tenant has a policy of its own; false: the service's defaults (`ASR_RETENTION_IDLE_DAYS`, no pruning) apply.
+             */
+            stored: boolean;
+            /** Updated At */
+            updated_at: string | null;
+        };
+        /**
+         * RetentionPolicyWrite
+         * @description A tenant's retention policy, stored whole.
+         */
+        RetentionPolicyWrite: {
+            /**
+             * Idle Days
+             * @description Delete sessions not updated for this many days; null: never for idleness. A session's own `idle_ttl_seconds` or `expires_at` overrides it.
+             */
+            idle_days?: number | null;
+            /**
+             * Prune
+             * @description Prune long ledgers: the events up to the newest snapshot nothing pending needs are replaced by one HISTORY_PRUNED event.
+             * @default false
+             */
+            prune?: boolean;
+            /**
+             * Prune Min Events
+             * @description Prune a session only when at least this many events would go.
+             * @default 1000
+             */
+            prune_min_events?: number;
         };
         /** RetryRead */
         RetryRead: {
@@ -4565,6 +4798,16 @@ export interface components {
              * @description Memory window.
              */
             max_items?: number | null;
+            /**
+             * Expires At
+             * @description Delete the session at this time (its own retention; with a time zone).
+             */
+            expires_at?: string | null;
+            /**
+             * Idle Ttl Seconds
+             * @description Delete the session when not updated for this long (over the tenant's retention policy).
+             */
+            idle_ttl_seconds?: number | null;
         };
         /**
          * SessionCreated
@@ -4733,6 +4976,16 @@ export interface components {
              * @default false
              */
             clear_window?: boolean;
+            /**
+             * Expires At
+             * @description Delete the session at this time (its own retention; with a time zone); null clears it.
+             */
+            expires_at?: string | null;
+            /**
+             * Idle Ttl Seconds
+             * @description Delete the session when not updated for this long (over the tenant's retention policy); null clears it.
+             */
+            idle_ttl_seconds?: number | null;
         };
         /**
          * SessionRead
@@ -4777,6 +5030,16 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /**
+             * Expires At
+             * @description When the session will be deleted (its own retention).
+             */
+            expires_at?: string | null;
+            /**
+             * Idle Ttl Seconds
+             * @description The session's own idle TTL, over its tenant's policy.
+             */
+            idle_ttl_seconds?: number | null;
             counts: components["schemas"]["Counts"];
             /** Estimated Tokens */
             estimated_tokens: number;
@@ -5024,6 +5287,16 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /**
+             * Expires At
+             * @description When the session will be deleted (its own retention).
+             */
+            expires_at?: string | null;
+            /**
+             * Idle Ttl Seconds
+             * @description The session's own idle TTL, over its tenant's policy.
+             */
+            idle_ttl_seconds?: number | null;
         };
         /**
          * StatePatched
@@ -7127,6 +7400,63 @@ export interface components {
             };
         };
         /**
+         * HistoryPrunedDelivery
+         * @description The body of a HISTORY_PRUNED delivery (Standard Webhooks envelope).
+         */
+        HistoryPrunedDelivery: {
+            /** @constant */
+            type: "HISTORY_PRUNED";
+            /**
+             * Format: date-time
+             * @description When the event was committed (the event's `created_at`).
+             */
+            timestamp: string;
+            /**
+             * HistoryPrunedData
+             * @description The HISTORY_PRUNED event, as the events API shows it.
+             */
+            data: {
+                /**
+                 * Event Id
+                 * @description Globally unique id of the event.
+                 */
+                event_id: string;
+                /** Session Id */
+                session_id: string;
+                /**
+                 * Seq
+                 * @description Position in the session's ledger: 1, 2, 3, ... with no gap.
+                 */
+                seq: number;
+                /**
+                 * Run Id
+                 * @description The run that wrote it, if any.
+                 */
+                run_id: string | null;
+                /**
+                 * Turn Id
+                 * @description The model turn that wrote it, if any.
+                 */
+                turn_id: string | null;
+                /**
+                 * Created At
+                 * Format: date-time
+                 * @description When it was committed (RFC 3339, UTC, `Z`).
+                 */
+                created_at: string;
+                /**
+                 * Type
+                 * @description The event type.
+                 * @constant
+                 */
+                type: "HISTORY_PRUNED";
+                /** @description What the event records. */
+                payload: components["schemas"]["HistoryPruned"];
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /**
          * MemoryCompressDelivery
          * @description The body of a MEMORY_COMPRESS delivery (Standard Webhooks envelope).
          */
@@ -8491,7 +8821,9 @@ export interface operations {
                      *           "version": 11,
                      *           "active_run_id": null,
                      *           "created_at": "2026-05-01T12:00:00.000000Z",
-                     *           "updated_at": "2026-05-01T12:00:01.250000Z"
+                     *           "updated_at": "2026-05-01T12:00:01.250000Z",
+                     *           "expires_at": null,
+                     *           "idle_ttl_seconds": 2592000
                      *         }
                      *       ],
                      *       "next_cursor": null
@@ -8651,6 +8983,8 @@ export interface operations {
                      *       "active_run_id": null,
                      *       "created_at": "2026-05-01T12:00:00.000000Z",
                      *       "updated_at": "2026-05-01T12:00:00.000000Z",
+                     *       "expires_at": null,
+                     *       "idle_ttl_seconds": 2592000,
                      *       "counts": {
                      *         "items": 0,
                      *         "messages": 0,
@@ -8832,6 +9166,8 @@ export interface operations {
                      *       "active_run_id": null,
                      *       "created_at": "2026-05-01T12:00:00.000000Z",
                      *       "updated_at": "2026-05-01T12:00:01.250000Z",
+                     *       "expires_at": null,
+                     *       "idle_ttl_seconds": 2592000,
                      *       "counts": {
                      *         "items": 2,
                      *         "messages": 2,
@@ -9164,6 +9500,8 @@ export interface operations {
                      *       "active_run_id": null,
                      *       "created_at": "2026-05-01T12:00:00.000000Z",
                      *       "updated_at": "2026-05-01T12:00:01.250000Z",
+                     *       "expires_at": null,
+                     *       "idle_ttl_seconds": 2592000,
                      *       "counts": {
                      *         "items": 2,
                      *         "messages": 2,
@@ -10116,6 +10454,8 @@ export interface operations {
                      *       "active_run_id": null,
                      *       "created_at": "2026-05-01T12:00:00.000000Z",
                      *       "updated_at": "2026-05-01T12:00:00.000000Z",
+                     *       "expires_at": null,
+                     *       "idle_ttl_seconds": 2592000,
                      *       "counts": {
                      *         "items": 0,
                      *         "messages": 0,
@@ -17279,7 +17619,9 @@ export interface operations {
                      *         "version": 11,
                      *         "active_run_id": null,
                      *         "created_at": "2026-05-01T12:00:00.000000Z",
-                     *         "updated_at": "2026-05-01T12:00:01.250000Z"
+                     *         "updated_at": "2026-05-01T12:00:01.250000Z",
+                     *         "expires_at": null,
+                     *         "idle_ttl_seconds": 2592000
                      *       },
                      *       "run": {
                      *         "run_id": "run_01HZX3J8Q3V2C7",
@@ -20518,6 +20860,474 @@ export interface operations {
             };
         };
     };
+    getRetentionPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example t_3f9a1c */
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "tenant_id": "t_3f9a1c",
+                     *       "idle_days": 90,
+                     *       "prune": true,
+                     *       "prune_min_events": 5000,
+                     *       "stored": true,
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RetentionPolicyRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putRetentionPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example t_3f9a1c */
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "idle_days": 90,
+                 *       "prune": true,
+                 *       "prune_min_events": 5000
+                 *     }
+                 */
+                "application/json": components["schemas"]["RetentionPolicyWrite"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "tenant_id": "t_3f9a1c",
+                     *       "idle_days": 90,
+                     *       "prune": true,
+                     *       "prune_min_events": 5000,
+                     *       "stored": true,
+                     *       "updated_at": "2026-05-01T12:00:00.000000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RetentionPolicyRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runRetention: {
+        parameters: {
+            query?: {
+                /** @description Remove nothing; list what would go. */
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @example t_3f9a1c */
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "dry_run": true,
+                     *       "sessions_deleted": [
+                     *         {
+                     *           "tenant_id": "t_3f9a1c",
+                     *           "session_id": "old-chat"
+                     *         }
+                     *       ],
+                     *       "sessions_pruned": [
+                     *         {
+                     *           "tenant_id": "t_3f9a1c",
+                     *           "session_id": "demo",
+                     *           "cut_seq": 9800,
+                     *           "events_removed": 9800,
+                     *           "snapshots_removed": 2
+                     *         }
+                     *       ],
+                     *       "events_pruned": 9800,
+                     *       "snapshots_deleted": 0,
+                     *       "deliveries_deleted": 0
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RetentionPassRead"];
+                };
+            };
+            /** @description Malformed request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:malformed_json",
+                     *       "title": "Malformed JSON",
+                     *       "status": 400,
+                     *       "detail": "the request body is not valid JSON",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
+                     *       "code": "malformed_json"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:unauthorized",
+                     *       "title": "Unauthorized",
+                     *       "status": 401,
+                     *       "detail": "missing or invalid API key",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
+                     *       "code": "unauthorized"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such session for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:session_not_found",
+                     *       "title": "Not found",
+                     *       "status": 404,
+                     *       "detail": "no session 'demo'",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
+                     *       "code": "session_not_found"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:payload_too_large",
+                     *       "title": "Payload too large",
+                     *       "status": 413,
+                     *       "detail": "the body is over 1048576 bytes",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
+                     *       "code": "payload_too_large"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:validation_error",
+                     *       "title": "Invalid request",
+                     *       "status": 422,
+                     *       "detail": "the request does not match the schema",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
+                     *       "code": "validation_error"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "urn:asr:problem:database_unavailable",
+                     *       "title": "Service unavailable",
+                     *       "status": 503,
+                     *       "detail": "the database is unavailable",
+                     *       "instance": "/v1/admin/tenants/{tenant_id}/retention/run",
+                     *       "code": "database_unavailable"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     deliverApprovalDecided: {
         parameters: {
             query?: never;
@@ -20787,6 +21597,51 @@ export interface operations {
                  *     }
                  */
                 "application/json": components["schemas"]["FinalOutputDelivery"];
+            };
+        };
+        responses: {
+            /** @description Received: the delivery is done. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the delivery is retried. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deliverHistoryPruned: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The event id: the same on every retry of a delivery; deduplicate on it.
+                 * @example evt_01HZX3J8Q3V2C7A
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse old ones to stop replays.
+                 * @example 1777636801
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,` + base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}" under the subscription's secret (without its `whsec_` prefix, base64-decoded).
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HistoryPrunedDelivery"];
             };
         };
         responses: {

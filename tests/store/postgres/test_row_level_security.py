@@ -34,7 +34,14 @@ from sqlalchemy import select, text, update
 from app.main import create_app
 from app.runtime.access.accounts import Accounts
 from app.runtime.errors import TenantAlreadyExists, Unauthorized
-from app.runtime.ports import ErasureReceipt, FireRecord, IdempotencyToken, NewRun, NewSession
+from app.runtime.ports import (
+    ErasureReceipt,
+    FireRecord,
+    IdempotencyToken,
+    NewRun,
+    NewSession,
+    TenantRetention,
+)
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.session.retention import RetentionPolicy, apply_retention
 from app.runtime.webhooks.records import NewWebhook
@@ -369,7 +376,7 @@ _SCHEDULE = {
 async def _tenant_in_every_table(store: Stores) -> TenantKey:
     """A tenant with rows in every tenant table: a key, a session with events, a snapshot,
     an Idempotency-Key, a live run, a webhook subscription with a delivery, a schedule
-    with a fire, and an erasure receipt."""
+    with a fire, an erasure receipt, and a retention policy."""
     tenant = await make_tenant(store)
     await store.webhooks.create_webhook(
         tenant.tenant_id,
@@ -404,6 +411,7 @@ async def _tenant_in_every_table(store: Stores) -> TenantKey:
     assert schedule.schedule_id == "sch"
     receipt = ErasureReceipt("er_1", tenant.tenant_id, "session", "gone", "test", now, {})
     await store.erasure.save_receipt(receipt)
+    await store.maintenance.put_tenant_policy(tenant.tenant_id, TenantRetention(idle_days=7))
     return tenant
 
 

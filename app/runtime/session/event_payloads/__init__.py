@@ -19,6 +19,7 @@ from typing import Any
 
 from app.runtime.session.event_payloads.base import OMIT_IF_NONE, Payload, event_payload
 from app.runtime.session.event_payloads.lifecycle import (
+    HistoryPruned,
     MetadataUpdated,
     SessionCreated,
     SessionForked,
@@ -73,6 +74,7 @@ PAYLOAD_MODELS: dict[EventType, Any] = {
     EventType.SESSION_FORKED: SessionForked,
     EventType.SESSION_RESTORED: SessionRestored,
     EventType.METADATA_UPDATED: MetadataUpdated,
+    EventType.HISTORY_PRUNED: HistoryPruned,
     EventType.USER_INPUT: UserInput,
     EventType.MEMORY_ITEMS_APPENDED: MemoryItemsAppended,
     EventType.TOOL_RESULT: ToolResult,
@@ -115,6 +117,7 @@ __all__ = [
     "CompactionFailure",
     "Error",
     "FinalOutput",
+    "HistoryPruned",
     "MemoryCompacted",
     "MemoryCompress",
     "MemoryItemsAppended",

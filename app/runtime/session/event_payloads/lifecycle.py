@@ -64,3 +64,17 @@ class MetadataUpdated(Payload):
     """The session's metadata changed by an RFC 7386 merge `patch` (null deletes a key)."""
 
     patch: dict[str, Any]
+
+
+@event_payload(EventType.HISTORY_PRUNED)
+class HistoryPruned(Payload):
+    """The ledger's prefix `first_seq` .. `last_seq` was pruned, and this marker stands in
+    its place at `last_seq` (its own seq), so `seq` stays gapless: history starts here. The
+    memory at `last_seq` is the snapshot kept at `snapshot_seq` (the same seq); what a reader
+    of the events needs before it is gone. `events_pruned` counts every event this session's
+    prunes removed so far (the replaced markers not included)."""
+
+    first_seq: int
+    last_seq: int
+    snapshot_seq: int
+    events_pruned: int
