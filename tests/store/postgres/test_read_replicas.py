@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from app.runtime.observer import NullObserver
 from app.runtime.ports import NewSession, Wakeup
@@ -131,7 +132,12 @@ async def test_a_dead_replica_is_skipped_never_an_error(
     engine = make_engine(settings)
     reads = Reads()
     stores = open_stores(engine, observer=reads, notify=False)
-    dead = settings.database_url.replace("127.0.0.1:5432", f"127.0.0.1:{free_port()}")
+    # Nothing listens on a fresh port, whatever the tier points at (PgBouncer's too).
+    dead = (
+        make_url(settings.database_url)
+        .set(host="127.0.0.1", port=free_port())
+        .render_as_string(hide_password=False)
+    )
     replicas = ReplicaSet([Replica(0, make_read_engine(settings, dead))], primary=engine)
     stores.database.replicas = replicas
     try:
