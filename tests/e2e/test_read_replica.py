@@ -17,7 +17,6 @@ import asyncio
 import os
 import re
 import shutil
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -132,10 +131,11 @@ async def _applied(standby: AsyncEngine, session_id: str) -> int | None:
 
 
 async def _until_applied(standby: AsyncEngine, session_id: str, seq: int) -> None:
-    deadline = time.monotonic() + 20
-    while (await _applied(standby, session_id) or 0) < seq:
-        assert time.monotonic() < deadline, f"the replica never applied {session_id}@{seq}"
+    for _ in range(400):  # a hang guard, bounded in polls (about 20 s)
+        if (await _applied(standby, session_id) or 0) >= seq:
+            return
         await asyncio.sleep(0.05)
+    raise AssertionError(f"the replica never applied {session_id}@{seq}")
 
 
 async def _seqs(http: httpx.AsyncClient, session_id: str, **params: int) -> list[int]:
@@ -207,10 +207,12 @@ async def test_reads_are_fenced_on_a_lagging_replica_and_survive_its_death(
         await asyncio.sleep(0.3)
         assert await _applied(standby, sid) == 4
         # The probe sees the replica fall behind (WAL it has received, not applied).
-        deadline = time.monotonic() + 10
-        while (lag := await _gauge(b, "asr_db_replica_lag_bytes")) <= 0:
-            assert time.monotonic() < deadline, f"no lag measured: {lag}"
+        for _ in range(50):  # a hang guard, bounded in polls (about 10 s)
+            if (lag := await _gauge(b, "asr_db_replica_lag_bytes")) > 0:
+                break
             await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"no lag measured: {lag}")
         assert await _gauge(b, "asr_db_replica_up") == 1
 
         # A read fenced past the replica's position is answered by the primary, fresh.
