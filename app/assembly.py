@@ -410,6 +410,7 @@ def enter_runs(
         max_live_runs_per_tenant=settings.max_live_runs_per_tenant,
         max_runs_per_minute=settings.max_runs_per_minute,
         control=control,
+        delta_tick_seconds=settings.sse_delta_flush_ms / 1000,
     )
     plane.delegator.attach(runs)
     runs.start_sweeper()

@@ -330,11 +330,12 @@ class Settings(BaseSettings):
         default=5.0, gt=0, le=60, description="How often the LISTEN connection is checked."
     )
     sse_delta_flush_ms: int = Field(
-        default=25,
-        ge=1,
+        default=50,
+        ge=0,
         le=1000,
-        description="PostgreSQL: token deltas go to other replicas at most this often per "
-        "session (coalesced into one NOTIFY, split at PostgreSQL's 8000-byte limit).",
+        description="A run's token deltas leave it at most this often (the writer tick): the "
+        "first after a quiet tick at once, the rest coalesced into one frame per tick for "
+        "the bus, the other replicas' NOTIFY and every stream; 0 sends every chunk.",
     )
     sse_handoff_delay_ms: int = Field(
         default=0, ge=0, le=5000, description="Test-only fault point between subscribe and replay."

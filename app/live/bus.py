@@ -88,12 +88,9 @@ class EventBus:
         poll_seconds: float = 2.0,
         read_batch: int = 500,
         delta_notifier: DeltaNotifier | None = None,
-        delta_flush_seconds: float = 0.025,
     ) -> None:
         self._store = store
-        self.deltas = DeltaRelay(
-            self._deliver_ephemeral, notifier=delta_notifier, flush_seconds=delta_flush_seconds
-        )
+        self.deltas = DeltaRelay(self._deliver_ephemeral, notifier=delta_notifier)
         self._queue_size = queue_size
         self._poll_seconds = poll_seconds
         self._batch = read_batch

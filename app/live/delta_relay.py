@@ -4,10 +4,10 @@ Deltas are ephemeral: never in the ledger, so nothing can be read back from the 
 relay therefore keeps, on every replica, the text of each session's turn in progress
 (`TurnText`), built from the same messages its subscribers get:
 
-- On the owner (the replica running the model) the chunks are coalesced per session: sent
-  at once when nothing was sent for the session in the last `flush_seconds`, else at the
-  end of that interval, so a session costs at most one message per interval however fast
-  its model streams. A message is applied to the owner's own subscribers and, on
+- On the owner (the replica running the model) each chunk the run publishes is one
+  message: the run has coalesced its model's chunks per writer tick already
+  (`app.runtime.runs.delta_tick`), so a session costs at most one message per tick however
+  fast its model streams. A message is applied to the owner's own subscribers and, on
   PostgreSQL, sent to the other replicas as NOTIFYs (`delta_wire`, split under 8000 bytes:
   the owner applies the same pieces, so every replica sends the same frames).
 - Every other replica applies the messages it hears in the same way.
@@ -15,11 +15,11 @@ relay therefore keeps, on every replica, the text of each session's turn in prog
   turn's text so far (`catch_up: true`, `offset: 0`), then the live frames from where that
   text ends: applying a message and subscribing both happen without an await, so no frame
   falls between the two, nor comes twice.
-- The owner ends a turn's text when its model call returns (`end_turn`): the rest of the
-  text is sent at once, then an END message, and the turn's events are written only after
-  these NOTIFYs were sent. Every replica thus hears all of a turn's deltas before its
-  MODEL_RESPONSE, and drops the buffer on END, so a subscriber arriving after the text is
-  final gets it from the ledger (FINAL_OUTPUT), never twice.
+- The owner ends a turn's text when its model call returns (`end_turn`): an END message
+  follows its text, and the turn's events are written only after these NOTIFYs were sent.
+  Every replica thus hears all of a turn's deltas before its MODEL_RESPONSE, and drops the
+  buffer on END, so a subscriber arriving after the text is final gets it from the ledger
+  (FINAL_OUTPUT), never twice.
 
 Every frame carries `offset` (code points of its kind's text before it), so a gap (a
 notification lost while a listener reconnected) or a duplicate is visible; a replica that
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.live.delta_wire import END, DeltaMessage, DeltaNotifier, split
+from app.live.delta_wire import END, DeltaMessage, DeltaNotifier, split_encoded
 
 log = logging.getLogger("app.live.deltas")
 
@@ -114,25 +114,12 @@ def _tail(message: DeltaMessage, skip: int) -> DeltaMessage:
 
 
 @dataclass(slots=True)
-class _Pending:
-    """Text of one kind waiting in an outbox: its offset, when its first part came."""
-
-    kind: str
-    offset: int
-    emitted_at: float
-    parts: list[str]
-
-
-@dataclass(slots=True)
 class _Outbox:
-    """The owner's chunks of one session's turn waiting for the next NOTIFY."""
+    """Where the owner's text of one session's turn has got to, per kind."""
 
     run_id: str | None
     turn_id: str | None
     offsets: dict[str, int] = field(default_factory=dict)
-    pending: list[_Pending] = field(default_factory=list)
-    timer: asyncio.TimerHandle | None = None
-    sent_at: float = float("-inf")
     after_seq: int | None = None  # the session's last committed seq at the newest chunk
 
 
@@ -149,7 +136,6 @@ class DeltaRelay:
         deliver: Deliver,
         *,
         notifier: DeltaNotifier | None = None,
-        flush_seconds: float = 0.025,
         idle_seconds: float = 120.0,
         max_turn_chars: int = 1_000_000,
         send_timeout: float = 2.0,
@@ -157,7 +143,6 @@ class DeltaRelay:
         self.origin = uuid.uuid4().hex[:12]
         self._deliver = deliver
         self._notifier = notifier
-        self._flush = flush_seconds
         self._idle = idle_seconds
         self._max_chars = max_turn_chars
         self._send_timeout = send_timeout
@@ -176,15 +161,11 @@ class DeltaRelay:
         *,
         after_seq: int | None = None,
     ) -> None:
-        """A chunk from this replica's model, for the session's subscribers on every replica.
+        """A chunk from this replica's run, for the session's subscribers on every replica:
+        the same frames for this replica's subscribers as for the others'.
 
         `after_seq` is the session's last committed seq as the run knows it: every replica
         passes the events up to it to its subscribers before this text.
-
-        Sent at once when nothing went out for the session in the last `flush_seconds`,
-        else with whatever else arrives until then: the same frames for this replica's
-        subscribers as for the others' (a model streaming word by word costs a few frames
-        per interval, not one per word, on every stream).
         """
         text = frame.get("text")
         kind = frame.get("type")
@@ -193,38 +174,32 @@ class DeltaRelay:
         key = (tenant_id, session_id)
         run_id, turn_id = frame.get("run_id"), frame.get("turn_id")
         outbox = self._outboxes.get(key)
-        if outbox is not None and (outbox.run_id, outbox.turn_id) != (run_id, turn_id):
-            self._send(key)  # a new turn: the last one's rest goes first
-            self._outboxes.pop(key, None)
-            outbox = None
-        if outbox is None:
+        if outbox is None or (outbox.run_id, outbox.turn_id) != (run_id, turn_id):
             outbox = self._outboxes[key] = _Outbox(run_id, turn_id)
         if after_seq is not None:
             outbox.after_seq = max(after_seq, outbox.after_seq or after_seq)
-        last = outbox.pending[-1] if outbox.pending else None
-        if last is not None and last.kind == kind:  # coalesce with the waiting text
-            last.parts.append(text)
-        else:
-            offset = outbox.offsets.get(kind, 0)
-            outbox.pending.append(_Pending(kind, offset, time.time(), [text]))
-        outbox.offsets[kind] = outbox.offsets.get(kind, 0) + len(text)
-        if outbox.timer is None:
-            wait = outbox.sent_at + self._flush - time.monotonic()
-            if wait <= 0:
-                self._send(key)
-            else:
-                outbox.timer = asyncio.get_running_loop().call_later(wait, self._send, key)
+        offset = outbox.offsets.get(kind, 0)
+        outbox.offsets[kind] = offset + len(text)
+        message = DeltaMessage(
+            self.origin, tenant_id, session_id, run_id, turn_id, kind, offset, time.time(),
+            text, outbox.after_seq,
+        )  # fmt: skip
+        pieces = split_encoded(message)
+        self.counters["delta_sends"] += 1
+        for piece, _ in pieces:  # the pieces other replicas get, so frames are the same
+            self._apply(piece)
+        if self._notifier is not None:
+            self._notifier.send_encoded([payload for _, payload in pieces])
 
     async def end_turn(
         self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
     ) -> None:
-        """The turn's text is final: send its rest and its END, and wait until they are
-        sent, so that they reach every replica before the turn's events do."""
+        """The turn's text is final: send its END, and wait until what the turn sent is
+        sent, so that it reaches every replica before the turn's events do."""
         key = (tenant_id, session_id)
         outbox = self._outboxes.get(key)
         if outbox is None or (outbox.run_id, outbox.turn_id) != (run_id, turn_id):
             return  # this turn streamed nothing here
-        self._send(key)
         del self._outboxes[key]
         end = DeltaMessage(self.origin, tenant_id, session_id, run_id, turn_id, END, 0, time.time())
         self._apply(end)
@@ -235,42 +210,6 @@ class DeltaRelay:
                     await self._notifier.flush()
             except TimeoutError:
                 log.warning("delta messages of session %s still unsent", session_id)
-
-    def _send(self, key: Key) -> None:
-        outbox = self._outboxes.get(key)
-        if outbox is None:
-            return
-        if outbox.timer is not None:
-            outbox.timer.cancel()
-            outbox.timer = None
-        if not outbox.pending:
-            return
-        tenant_id, session_id = key
-        messages = [
-            piece
-            for p in outbox.pending
-            for piece in split(
-                DeltaMessage(
-                    self.origin,
-                    tenant_id,
-                    session_id,
-                    outbox.run_id,
-                    outbox.turn_id,
-                    p.kind,
-                    p.offset,
-                    p.emitted_at,
-                    "".join(p.parts),
-                    outbox.after_seq,
-                )
-            )
-        ]
-        outbox.pending = []
-        outbox.sent_at = time.monotonic()
-        self.counters["delta_sends"] += 1
-        for message in messages:  # the pieces other replicas get, so frames are the same
-            self._apply(message)
-        if self._notifier is not None:
-            self._notifier.send(messages)
 
     # ------------------------------------------------------------- every replica
 
@@ -315,10 +254,8 @@ class DeltaRelay:
         self._swept = now
         for key in [k for k, t in self._texts.items() if now - t.touched > self._idle]:
             del self._texts[key]
-        for key, outbox in list(self._outboxes.items()):
-            text = self._texts.get(key)
-            if text is None and outbox.timer is None and not outbox.pending:
-                del self._outboxes[key]
+        for key in [k for k in self._outboxes if k not in self._texts]:
+            del self._outboxes[key]
 
     def stats(self) -> dict[str, Any]:
         return {**self.counters, "delta_turns": len(self._texts)}

@@ -99,32 +99,47 @@ def decode(payload: str) -> DeltaMessage | None:
     )
 
 
+def sent_by(payload: str, origin: str) -> bool:
+    """Whether a payload is one `origin` sent (the owner hears its own NOTIFYs too, and has
+    applied them already): told from its first bytes, without decoding it."""
+    return payload.startswith(f'[{_VERSION},"{origin}"')
+
+
 def split(message: DeltaMessage, limit: int = MAX_PAYLOAD_BYTES) -> list[DeltaMessage]:
-    """The message as pieces whose payloads fit in `limit` bytes, offsets consecutive.
+    """The message as pieces whose payloads fit in `limit` bytes, offsets consecutive."""
+    return [piece for piece, _ in split_encoded(message, limit)]
+
+
+def split_encoded(
+    message: DeltaMessage, limit: int = MAX_PAYLOAD_BYTES
+) -> list[tuple[DeltaMessage, str]]:
+    """The pieces of `split` with their payloads: a message is encoded once, for every
+    replica, however many subscribers apply it.
 
     A piece is first sized at one byte a character and shrunk in proportion to what its
     payload really took (escapes take up to 12 bytes a character), so a long text costs a
     few encodings, not one per character. Ids so long that not even one character fits
     give no piece (the text then stays on its own replica, and is logged).
     """
+    whole = encode(message)
+    if len(whole) <= limit:  # ASCII: characters are bytes
+        return [(message, whole)]
     header = len(encode(replace(message, text="")))
     room = limit - header
-    if len(encode(message)) <= limit:
-        return [message]
     if room < 12:
         log.warning("delta of session %s not relayed: its ids fill a NOTIFY", message.session_id)
         return []
-    pieces: list[DeltaMessage] = []
+    pieces: list[tuple[DeltaMessage, str]] = []
     text, offset, start = message.text, message.offset, 0
     while start < len(text):
         size = min(room, len(text) - start)
         while True:
             piece = replace(message, offset=offset + start, text=text[start : start + size])
-            used = len(encode(piece))
-            if used <= limit:
+            payload = encode(piece)
+            if len(payload) <= limit:
                 break
-            size = max(1, min(size - 1, size * room // (used - header)))
-        pieces.append(piece)
+            size = max(1, min(size - 1, size * room // (len(payload) - header)))
+        pieces.append((piece, payload))
         start += size
     return pieces
 
@@ -141,7 +156,11 @@ class DeltaNotifier:
 
     def send(self, messages: list[DeltaMessage]) -> None:
         """Queue messages that fit a payload (`split`) for sending, in order."""
-        self._queue.extend(encode(message) for message in messages)
+        self.send_encoded([encode(message) for message in messages])
+
+    def send_encoded(self, payloads: list[str]) -> None:
+        """Queue payloads (`split_encoded`) for sending, in order."""
+        self._queue.extend(payloads)
         if self._queue and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._drain())
 

@@ -18,7 +18,7 @@ import asyncpg
 
 from app.live.bus import EventBus, InProcessBus
 from app.live.control_wire import CONTROL_CHANNEL, decode_control
-from app.live.delta_wire import DELTA_CHANNEL, DeltaNotifier
+from app.live.delta_wire import DELTA_CHANNEL, DeltaNotifier, sent_by
 from app.live.delta_wire import decode as decode_delta
 from app.runtime.ports import RunSignal
 from app.settings import Settings
@@ -119,6 +119,8 @@ class PostgresNotifyBus(EventBus):
             self._deliver_control(RunSignal(*decoded))
 
     def _on_delta(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if sent_by(payload, self.deltas.origin):
+            return  # this replica's own, applied when it was sent
         message = decode_delta(payload)
         if message is not None:
             self.deltas.receive(message)
@@ -149,7 +151,6 @@ def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
         "queue_size": settings.sse_queue_size,
         "poll_seconds": settings.sse_poll_seconds,
         "read_batch": settings.sse_replay_batch,
-        "delta_flush_seconds": settings.sse_delta_flush_ms / 1000,
     }
     if store.db.dialect == "postgresql" and settings.sse_notify:
         return PostgresNotifyBus(

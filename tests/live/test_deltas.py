@@ -1,4 +1,5 @@
-"""The delta relay (app/live/delta_relay.py) and its NOTIFY payloads (app/live/delta_wire.py).
+"""The delta relay (app/live/delta_relay.py), its NOTIFY payloads (app/live/delta_wire.py),
+and the run's writer tick that feeds it (app/runtime/runs/delta_tick.py).
 
 Pure: a relay delivers to a list, and "another replica" is a second relay fed the first
 one's messages, as the LISTEN connection would feed them.
@@ -6,10 +7,20 @@ one's messages, as the LISTEN connection would feed them.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from app.live.delta_relay import DeltaRelay
-from app.live.delta_wire import END, MAX_PAYLOAD_BYTES, DeltaMessage, decode, encode, split
+from app.live.delta_wire import (
+    END,
+    MAX_PAYLOAD_BYTES,
+    DeltaMessage,
+    decode,
+    encode,
+    sent_by,
+    split,
+)
+from app.runtime.runs.delta_tick import DeltaTick
 
 T, S = "tenant", "session"
 
@@ -28,8 +39,13 @@ class Sink:
 
     # the DeltaNotifier's interface
     def send(self, messages: list[DeltaMessage]) -> None:
-        assert all(len(encode(m).encode()) <= MAX_PAYLOAD_BYTES for m in messages)
-        self.sent.extend(messages)
+        self.send_encoded([encode(m) for m in messages])
+
+    def send_encoded(self, payloads: list[str]) -> None:
+        assert all(len(p.encode()) <= MAX_PAYLOAD_BYTES for p in payloads)
+        messages = [decode(p) for p in payloads]
+        assert all(m is not None for m in messages)
+        self.sent.extend(m for m in messages if m is not None)
 
     async def flush(self) -> None:
         return None
@@ -61,9 +77,9 @@ def test_messages_carry_the_seq_they_follow_and_version_1_is_still_read() -> Non
     assert decode('[2,"o","tenant","session","r","r.t1","delta",0,1.5,"hi","x"]') is None
 
 
-async def test_owner_coalesces_and_every_replica_gets_the_same_frames_in_order() -> None:
+async def test_every_replica_gets_the_owners_frames_in_order() -> None:
     owner_sink, remote_sink = Sink(), Sink()
-    owner = DeltaRelay(owner_sink.deliver, notifier=owner_sink, flush_seconds=0.05)  # type: ignore[arg-type]
+    owner = DeltaRelay(owner_sink.deliver, notifier=owner_sink)  # type: ignore[arg-type]
     remote = DeltaRelay(remote_sink.deliver)
     words = [f"w{i} " for i in range(100)] + ["é" * 5000]  # the last one needs splitting
     for word in words:
@@ -72,8 +88,8 @@ async def test_owner_coalesces_and_every_replica_gets_the_same_frames_in_order()
     assert owner_sink.sent[-1].kind == END
     for message in owner_sink.sent:
         remote.receive(message)
-    # The first word at once, the rest together (split under the NOTIFY limit), then END.
-    assert len(owner_sink.frames) == len(owner_sink.sent) - 1 >= 3
+    # One message per chunk the run published, the long one split under the NOTIFY limit.
+    assert len(owner_sink.frames) == len(owner_sink.sent) - 1 > len(words)
     assert owner_sink.frames == remote_sink.frames
     assert "".join(f["text"] for f in remote_sink.frames) == "".join(words)
     assert remote.catch_up(T, S) == [] and owner.catch_up(T, S) == []  # the turn ended
@@ -81,7 +97,7 @@ async def test_owner_coalesces_and_every_replica_gets_the_same_frames_in_order()
 
 def test_a_late_subscriber_gets_one_catch_up_then_the_rest() -> None:
     sink = Sink()
-    relay = DeltaRelay(sink.deliver, flush_seconds=0)  # every chunk is sent at once
+    relay = DeltaRelay(sink.deliver)
     relay.publish(T, S, frame("Hello"))
     relay.publish(T, S, frame(", world"))
     relay.publish(T, S, frame("thinking", kind="reasoning_delta"))
@@ -116,7 +132,7 @@ def test_gaps_and_repeats_are_visible_and_never_spliced() -> None:
 
 
 def test_a_reconnected_listener_forgets_other_replicas_turns() -> None:
-    relay = DeltaRelay(Sink().deliver, flush_seconds=0)
+    relay = DeltaRelay(Sink().deliver)
     relay.receive(DeltaMessage("other", T, S, "r", "r.t1", "delta", 0, 1.0, "abc"))
     relay.publish(T, "mine", frame("own"))
     relay.forget_remote()
@@ -124,12 +140,47 @@ def test_a_reconnected_listener_forgets_other_replicas_turns() -> None:
     assert [f["text"] for f in relay.catch_up(T, "mine")] == ["own"]
 
 
-async def test_a_burst_costs_two_messages_and_text_after_a_pause_goes_at_once() -> None:
-    sink = Sink()
-    relay = DeltaRelay(sink.deliver, notifier=sink, flush_seconds=0.02)  # type: ignore[arg-type]
+async def test_a_burst_costs_two_frames_and_text_after_a_pause_goes_at_once() -> None:
+    sent: list[dict[str, Any]] = []
+    tick = DeltaTick(sent.append, interval=0.02)
     for i in range(20):  # a burst, no await in between: the first goes, the rest wait
-        relay.publish(T, S, frame(f"{i} "))
-    assert [m.text for m in sink.sent] == ["0 "]
-    await relay.end_turn(T, S, run_id="r", turn_id="r.t1")  # the rest, then END
-    assert [m.text for m in sink.sent[1:-1]] == ["".join(f"{i} " for i in range(1, 20))]
-    assert sink.sent[-1].kind == END
+        tick.add(frame(f"{i} "))
+    assert [f["text"] for f in sent] == ["0 "]
+    await asyncio.sleep(0.05)  # the tick ends: the rest in one frame
+    assert [f["text"] for f in sent[1:]] == ["".join(f"{i} " for i in range(1, 20))]
+    tick.add(frame("after a pause"))  # nothing went out in the last tick: at once
+    assert sent[-1]["text"] == "after a pause" and sent[-1]["turn_id"] == "r.t1"
+
+
+async def test_the_tick_keeps_kinds_in_order_and_sends_the_rest_at_the_end_of_a_turn() -> None:
+    sent: list[dict[str, Any]] = []
+    tick = DeltaTick(sent.append, interval=60)
+    tick.add(frame("think", kind="reasoning_delta"))  # at once: the first of the run
+    tick.add(frame("ing", kind="reasoning_delta"))
+    tick.add(frame("", kind="reasoning_delta"))  # nothing to send
+    tick.add(frame("Hel"))
+    tick.add(frame("lo"))
+    tick.add(frame("next", turn="r.t2"))  # another turn is another kind of text
+    assert [(f["type"], f["text"]) for f in sent] == [
+        ("reasoning_delta", "think"),
+        ("reasoning_delta", "ing"),
+        ("delta", "Hello"),
+    ]
+    tick.flush()  # the end of the turn: no waiting for the tick
+    assert (sent[-1]["text"], sent[-1]["turn_id"]) == ("next", "r.t2")
+    tick.flush()
+    assert len(sent) == 4
+
+
+def test_a_tick_of_zero_sends_every_chunk() -> None:
+    sent: list[dict[str, Any]] = []
+    tick = DeltaTick(sent.append, interval=0)
+    for word in ("a", "b", "c"):
+        tick.add(frame(word))
+    assert [f["text"] for f in sent] == ["a", "b", "c"]
+
+
+def test_a_replica_knows_its_own_payloads_without_decoding_them() -> None:
+    mine = encode(DeltaMessage("me", T, S, "r", "r.t1", "delta", 0, 1.0, "hi"))
+    theirs = encode(DeltaMessage("meh", T, S, "r", "r.t1", "delta", 0, 1.0, "hi"))
+    assert sent_by(mine, "me") and not sent_by(theirs, "me") and sent_by(theirs, "meh")

@@ -21,6 +21,7 @@ from app.runtime.models.base import ModelClient, ModelError
 from app.runtime.observer import Observer
 from app.runtime.ports import AppendResult, RunFinish, RunRecord, SessionRecord
 from app.runtime.runs.agent import agent_spec
+from app.runtime.runs.delta_tick import DeltaTick
 from app.runtime.runs.lease import Lease
 from app.runtime.runs.loop import LoopController, Outcome, RunOptions, StopReason
 from app.runtime.runs.plan import RunPlanner
@@ -63,11 +64,13 @@ class RunExecutor:
         lease: Lease,
         *,
         redactor: Redactor,
+        delta_tick_seconds: float = 0.05,
     ) -> None:
         self.runtime = runtime
         self.planner = planner
         self.lease = lease
         self.redactor = redactor
+        self.delta_tick_seconds = delta_tick_seconds
 
     async def execute(
         self,
@@ -90,6 +93,9 @@ class RunExecutor:
                 run = claimed
                 agent = (await self.runtime.get(run.tenant_id, run.session_id)).agent
             spec = agent_spec(agent)  # once per run: model, its kind, the summarizer
+            deltas = DeltaTick(
+                lambda frame: self._publish(run, live, frame), interval=self.delta_tick_seconds
+            )
             controller = LoopController(
                 run_id=run.run_id,
                 options=options,
@@ -102,11 +108,9 @@ class RunExecutor:
                 tools=_InterruptibleTools(self.planner.tools, live.interrupted),
                 write=lambda events, progress: self._write(run, live, events, progress),
                 load=lambda: self._state(run, live),
-                publish=lambda frame: self._publish(run, live, frame),
+                publish=deltas.add,
                 context=ToolContext(run.tenant_id, run.session_id, run.run_id),
-                end_turn=lambda turn_id: self.runtime.live.end_turn(
-                    run.tenant_id, run.session_id, run_id=run.run_id, turn_id=turn_id
-                ),
+                end_turn=lambda turn_id: self._end_turn(run, deltas, turn_id),
             )
             outcome = await controller.run()
             await self._finish(run, live, outcome, controller)
@@ -203,9 +207,16 @@ class RunExecutor:
         live.state, live.session = loaded.state.copy(), loaded.session
         return loaded.state
 
+    async def _end_turn(self, run: RunRecord, deltas: DeltaTick, turn_id: str) -> None:
+        deltas.flush()
+        await self.runtime.live.end_turn(
+            run.tenant_id, run.session_id, run_id=run.run_id, turn_id=turn_id
+        )
+
     def _publish(self, run: RunRecord, live: LiveRun, frame: dict[str, Any]) -> None:
-        # Deltas are never stored, but they reach people: they pass the same redaction.
-        # (A secret split across two deltas is not caught here; the stored answer is.)
+        # Deltas are never stored, but they reach people: they pass the same redaction,
+        # once per tick's text. (A secret split across two ticks is not caught here; the
+        # stored answer is.)
         frame = self.redactor.value(frame)
         # After the run's last write (the turn's STEP_START) on every replica's timeline.
         after_seq = live.session.last_seq if live.session is not None else None

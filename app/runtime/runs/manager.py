@@ -83,6 +83,7 @@ class RunManager:
         max_live_runs_per_tenant: int = 32,
         max_runs_per_minute: int = 600,
         control: RunControl | None = None,
+        delta_tick_seconds: float = 0.05,
     ) -> None:
         self.runtime = runtime
         self.max_live_runs = max_live_runs_per_tenant
@@ -103,7 +104,11 @@ class RunManager:
             queue_poll_seconds=queue_poll_seconds,
         )
         self.executor = RunExecutor(
-            runtime, self.planner, self.lease, redactor=redactor or Redactor()
+            runtime,
+            self.planner,
+            self.lease,
+            redactor=redactor or Redactor(),
+            delta_tick_seconds=delta_tick_seconds,
         )
         self.sweeper = Sweeper(runtime, self._interrupt, sweep_seconds=sweep_seconds)
         self._live: dict[str, LiveRun] = {}
