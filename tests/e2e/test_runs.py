@@ -128,6 +128,25 @@ async def test_stream_mode_sends_deltas_then_events(http: httpx.AsyncClient) -> 
     assert text == " ".join(f"word{i}" for i in range(1, 31))
 
 
+async def test_stream_mode_deltas_are_redacted_like_the_stored_answer(
+    http: httpx.AsyncClient,
+) -> None:
+    sid = await session(http)
+    secret = "sk-abcdefghijklmnop1234"
+    body = {"input": f"[pace:1] my key is {secret} ok", "mode": "stream"}
+    async with http.stream("POST", f"/v1/sessions/{sid}/runs", json=body) as response:
+        raw = (await response.aread()).decode()
+    deltas = [
+        json.loads(line[len("data: ") :])["text"]
+        for block in raw.split("\r\n\r\n")
+        if block.startswith("event: delta")
+        for line in block.split("\r\n")
+        if line.startswith("data: ")
+    ]
+    text = "".join(deltas)
+    assert secret not in raw and "[REDACTED]" in text and text.endswith(" ok")
+
+
 async def test_background_mode_returns_202_and_location(http: httpx.AsyncClient) -> None:
     sid = await session(http)
     response = await http.post(

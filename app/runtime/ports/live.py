@@ -15,9 +15,9 @@ from app.runtime.session.subscription import Subscription
 class LiveFrames(Protocol):
     """Ephemeral frames (token and reasoning deltas) for live subscribers on every replica.
 
-    They have no seq and are never persisted. The bus relays them (coalesced) to the other
-    replicas and keeps the turn's text so far for subscribers that join mid-turn, until
-    `end_turn` says the turn's text is final.
+    They have no seq and are never persisted. The run coalesces them per writer tick; the
+    bus relays them to the other replicas and keeps the turn's text so far for subscribers
+    that join mid-turn, until `end_turn` says the turn's text is final.
     """
 
     def publish_ephemeral(

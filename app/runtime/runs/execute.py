@@ -216,8 +216,12 @@ class RunExecutor:
     def _publish(self, run: RunRecord, live: LiveRun, frame: dict[str, Any]) -> None:
         # Deltas are never stored, but they reach people: they pass the same redaction,
         # once per tick's text. (A secret split across two ticks is not caught here; the
-        # stored answer is.)
-        frame = self.redactor.value(frame)
+        # stored answer is.) The model's text is the one field not the run's own.
+        text = frame.get("text")
+        if isinstance(text, str):
+            frame["text"] = self.redactor.text(text)
+        else:
+            frame = self.redactor.value(frame)
         # After the run's last write (the turn's STEP_START) on every replica's timeline.
         after_seq = live.session.last_seq if live.session is not None else None
         self.runtime.live.publish_ephemeral(
