@@ -143,7 +143,7 @@ class Settings(BaseSettings):
         "console, or nowhere (for a caller that adds its own processor).",
     )
     db_pool_size: int = Field(
-        default=20,
+        default=30,
         ge=1,
         le=200,
         description="Database connections each worker keeps: about 2 per request it serves "
@@ -158,7 +158,12 @@ class Settings(BaseSettings):
         "shared by the writes group commit batches together). OFF / EXTRA: as SQLite says.",
     )
     db_max_overflow: int = Field(
-        default=10, ge=0, le=200, description="Extra connections a worker may open at a peak."
+        default=0,
+        ge=0,
+        le=200,
+        description="Extra connections a worker may open at a peak, each closed again when "
+        "it comes back: a new connection costs its start-up, its type introspection and every "
+        "statement prepared again, more than waiting for a kept one; so none by default.",
     )
     snapshot_every: int = Field(
         default=200,
