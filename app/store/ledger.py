@@ -36,7 +36,7 @@ from app.runtime.ports import (
     TenantPage,
 )
 from app.runtime.session.events import Event, NewEvent
-from app.runtime.session.state import state_hash
+from app.runtime.session.state import state_hash, state_intact
 from app.store.base import EVENT_FIELDS, Database, as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
 from app.store.payloads import Payloads
@@ -52,6 +52,8 @@ EVENT_COLUMN_LIST = ", ".join(session_events.c[name].name for name in EVENT_FIEL
 HISTORY_PRUNED = "HISTORY_PRUNED"
 # How many snapshots below the bound a prune looks at for one it may cut at.
 _PRUNE_CANDIDATES = 8
+# How many of the newest snapshots a load tries before it folds from the ledger's start.
+_SNAPSHOT_CANDIDATES = 8
 _T = TypeVar("_T")
 
 
@@ -357,17 +359,22 @@ class LedgerStore(ABC):
     async def _intact_snapshot(
         self, conn: AsyncConnection, tenant_id: str, session_id: str, at_or_below: int | None
     ) -> SnapshotRecord | None:
+        """The newest of the (at most `_SNAPSHOT_CANDIDATES`) newest snapshots whose state
+        matches its hash, read one row at a time: a state may be megabytes, and the older
+        rows are needed only when a newer one is torn."""
         snap = session_snapshots.c
-        stmt = select(session_snapshots).where(
-            snap.tenant_id == tenant_id, snap.session_id == session_id
-        )
-        if at_or_below is not None:
-            stmt = stmt.where(snap.seq <= at_or_below)
-        stmt = stmt.order_by(snap.seq.desc()).limit(8)
-        rows = (await conn.execute(stmt)).all()
-        for row in rows:
+        bound = at_or_below
+        for _ in range(_SNAPSHOT_CANDIDATES):
+            stmt = select(session_snapshots).where(
+                snap.tenant_id == tenant_id, snap.session_id == session_id
+            )
+            if bound is not None:
+                stmt = stmt.where(snap.seq <= bound)
+            row = (await conn.execute(stmt.order_by(snap.seq.desc()).limit(1))).first()
+            if row is None:
+                return None
             m = row._mapping
-            if state_hash(m["state"]) == m["state_hash"]:
+            if state_intact(m["state"], m["state_hash"]):
                 return SnapshotRecord(
                     session_id=session_id,
                     seq=m["seq"],
@@ -375,6 +382,7 @@ class LedgerStore(ABC):
                     state=m["state"],
                     created_at=as_utc(m["created_at"]),
                 )
+            bound = m["seq"] - 1
         return None
 
     async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
@@ -496,7 +504,7 @@ class LedgerStore(ABC):
             .limit(_PRUNE_CANDIDATES)
         )
         candidates = [
-            (int(r.seq), r.state) for r in rows.all() if state_hash(r.state) == r.state_hash
+            (int(r.seq), r.state) for r in rows.all() if state_intact(r.state, r.state_hash)
         ]
         return PruneFacts(
             session=record,

@@ -229,6 +229,8 @@ class SessionRuntime:
             and kept[0].created_at == record.created_at
             and 0 <= seq - kept[1].seq < self.limits.snapshot_every
         ):
+            if kept[1].seq == seq:  # nothing to read: the cached state is the fold at seq
+                return kept[1].copy()
             tail = await self.ledger.list_events(
                 tenant_id, session_id, after_seq=kept[1].seq, until_seq=seq
             )
@@ -700,7 +702,8 @@ class SessionRuntime:
             raise InvalidForkPoint(
                 f"at_seq must be between 1 and {source.last_seq}", last_seq=source.last_seq
             )
-        if at_seq is not None and at < (start := await self.history_start(tenant_id, session_id)):
+        # A prune never cuts past the last seq, so only an earlier fork point is checked.
+        if at < source.last_seq and at < (start := await self.history_start(tenant_id, session_id)):
             raise InvalidForkPoint(
                 f"history before seq {start} was pruned: at_seq must be between {start}"
                 f" and {source.last_seq}",
