@@ -19,7 +19,8 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, delete, func, select, tuple_
+import orjson
+from sqlalchemy import Text, bindparam, cast, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.ports import (
@@ -36,9 +37,10 @@ from app.runtime.ports import (
     TenantPage,
 )
 from app.runtime.session.events import Event, NewEvent
-from app.runtime.session.state import state_hash
+from app.runtime.session.state import quick_state_intact, state_hash, state_intact
 from app.store.base import EVENT_FIELDS, Database, as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
+from app.store.json_text import loads
 from app.store.payloads import Payloads
 from app.store.tables import runs, session_events, session_snapshots, sessions
 
@@ -52,7 +54,30 @@ EVENT_COLUMN_LIST = ", ".join(session_events.c[name].name for name in EVENT_FIEL
 HISTORY_PRUNED = "HISTORY_PRUNED"
 # How many snapshots below the bound a prune looks at for one it may cut at.
 _PRUNE_CANDIDATES = 8
+# How many of the newest snapshots a load tries before it folds from the ledger's start.
+_SNAPSHOT_CANDIDATES = 8
 _T = TypeVar("_T")
+
+
+def intact_state(text: str, stored_hash: str) -> dict[str, Any] | None:
+    """A snapshot's state decoded from its JSON text, or None when it does not match its
+    hash (torn or tampered).
+
+    orjson alone first, with the hash checked on orjson's own text: an integer it would
+    round (beyond 64 bits) then fails the check, so a state that passes is exact. Only
+    otherwise is the text decoded exactly (`json_text.loads`) and checked again.
+    """
+    try:
+        quick = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        quick = None
+    if isinstance(quick, dict) and quick_state_intact(quick, stored_hash):
+        return quick
+    try:
+        exact = loads(text)
+    except ValueError:  # not JSON at all: torn as well
+        return None
+    return exact if isinstance(exact, dict) and state_intact(exact, stored_hash) else None
 
 
 async def read_session(
@@ -357,24 +382,32 @@ class LedgerStore(ABC):
     async def _intact_snapshot(
         self, conn: AsyncConnection, tenant_id: str, session_id: str, at_or_below: int | None
     ) -> SnapshotRecord | None:
+        """The newest of the (at most `_SNAPSHOT_CANDIDATES`) newest snapshots whose state
+        matches its hash, read one row at a time: a state may be megabytes, and the older
+        rows are needed only when a newer one is torn. The state is read as text and
+        decoded here (`intact_state`)."""
         snap = session_snapshots.c
-        stmt = select(session_snapshots).where(
-            snap.tenant_id == tenant_id, snap.session_id == session_id
-        )
-        if at_or_below is not None:
-            stmt = stmt.where(snap.seq <= at_or_below)
-        stmt = stmt.order_by(snap.seq.desc()).limit(8)
-        rows = (await conn.execute(stmt)).all()
-        for row in rows:
-            m = row._mapping
-            if state_hash(m["state"]) == m["state_hash"]:
+        bound = at_or_below
+        for _ in range(_SNAPSHOT_CANDIDATES):
+            stmt = select(
+                snap.seq, snap.kind, cast(snap.state, Text).label("text"), snap.state_hash,
+                snap.created_at,
+            ).where(snap.tenant_id == tenant_id, snap.session_id == session_id)  # fmt: skip
+            if bound is not None:
+                stmt = stmt.where(snap.seq <= bound)
+            row = (await conn.execute(stmt.order_by(snap.seq.desc()).limit(1))).first()
+            if row is None:
+                return None
+            state = intact_state(row.text, row.state_hash)
+            if state is not None:
                 return SnapshotRecord(
                     session_id=session_id,
-                    seq=m["seq"],
-                    kind=m["kind"],
-                    state=m["state"],
-                    created_at=as_utc(m["created_at"]),
+                    seq=row.seq,
+                    kind=row.kind,
+                    state=state,
+                    created_at=as_utc(row.created_at),
                 )
+            bound = row.seq - 1
         return None
 
     async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
@@ -496,7 +529,7 @@ class LedgerStore(ABC):
             .limit(_PRUNE_CANDIDATES)
         )
         candidates = [
-            (int(r.seq), r.state) for r in rows.all() if state_hash(r.state) == r.state_hash
+            (int(r.seq), r.state) for r in rows.all() if state_intact(r.state, r.state_hash)
         ]
         return PruneFacts(
             session=record,

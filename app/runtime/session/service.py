@@ -9,6 +9,7 @@ can never be served from a stale entry.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import uuid
 from collections import OrderedDict
@@ -229,6 +230,8 @@ class SessionRuntime:
             and kept[0].created_at == record.created_at
             and 0 <= seq - kept[1].seq < self.limits.snapshot_every
         ):
+            if kept[1].seq == seq:  # nothing to read: the cached state is the fold at seq
+                return kept[1].copy()
             tail = await self.ledger.list_events(
                 tenant_id, session_id, after_seq=kept[1].seq, until_seq=seq
             )
@@ -700,7 +703,8 @@ class SessionRuntime:
             raise InvalidForkPoint(
                 f"at_seq must be between 1 and {source.last_seq}", last_seq=source.last_seq
             )
-        if at_seq is not None and at < (start := await self.history_start(tenant_id, session_id)):
+        # A prune never cuts past the last seq, so only an earlier fork point is checked.
+        if at < source.last_seq and at < (start := await self.history_start(tenant_id, session_id)):
             raise InvalidForkPoint(
                 f"history before seq {start} was pruned: at_seq must be between {start}"
                 f" and {source.last_seq}",
@@ -708,9 +712,6 @@ class SessionRuntime:
             )
         if metadata is not None:
             check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
-        # Only for the answer (counts, tokens): the store copies the prefix and the
-        # nearest snapshot inside the database and writes no state of ours.
-        base = await self.state_at(tenant_id, session_id, at, record=source)
         child_id = new_session_id or str(uuid.uuid4())
         forked = ev.SessionForked(
             parent_session_id=session_id,
@@ -719,7 +720,40 @@ class SessionRuntime:
             # the ledger says where the child was moved
             rebound_to=binding if rebind and binding != source.binding else None,
         ).event()
-        result = await self.ledger.fork_session(
+        # The state is only for the answer (counts, tokens): the store copies the prefix
+        # and the nearest snapshot inside the database and writes no state of ours, so it
+        # is read while the database copies.
+        state = asyncio.ensure_future(self.state_at(tenant_id, session_id, at, record=source))
+        try:
+            result = await self._fork_rows(
+                tenant_id, session_id, at, source, child_id, metadata, binding, forked, idempotency
+            )
+        except BaseException:
+            state.cancel()
+            # Its own failure, if it came first, is the fork's to report: marked as seen.
+            state.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise
+        try:
+            base = await state
+        except HistoryPrunedError:
+            # The source was pruned past `at` meanwhile; the child's copy was not.
+            base = await self.state_at(tenant_id, child_id, at)
+        return self._after_write(result, fold(base, result.events))
+
+    async def _fork_rows(
+        self,
+        tenant_id: str,
+        session_id: str,
+        at: int,
+        source: SessionRecord,
+        child_id: str,
+        metadata: dict[str, Any] | None,
+        binding: dict[str, Any] | None,
+        forked: NewEvent,
+        idempotency: IdempotencyToken | None,
+    ) -> AppendResult:
+        """The store's fork: the child's row, its copy of the source up to `at`, `forked`."""
+        return await self.ledger.fork_session(
             tenant_id,
             session_id,
             at_seq=at,
@@ -732,7 +766,6 @@ class SessionRuntime:
             events=[forked],
             idempotency=idempotency,
         )
-        return self._after_write(result, fold(base, result.events))
 
     # -------------------------------------------------------------- idempotency
 

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from app.runtime.errors import InvalidState
 from app.runtime.memory.items import estimate_tokens, normalize_items
 
@@ -125,6 +127,30 @@ def state_hash(state_json: dict[str, Any]) -> str:
     """Content hash stored beside a snapshot and checked on load (a torn row never resumes)."""
     blob = json.dumps(state_json, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def state_intact(state_json: dict[str, Any], stored_hash: str) -> bool:
+    """Whether `state_json` is the state whose `state_hash` is `stored_hash`.
+
+    The canonical text is first built by orjson (`quick_state_intact`); only when that
+    differs is the standard library's text hashed as well, so a state passes exactly when
+    `state_hash` says it should.
+    """
+    return quick_state_intact(state_json, stored_hash) or state_hash(state_json) == stored_hash
+
+
+def quick_state_intact(state_json: dict[str, Any], stored_hash: str) -> bool:
+    """`state_hash(state_json) == stored_hash`, computed on orjson's text: sorted keys,
+    compact, UTF-8, the same bytes as `state_hash`'s for every string, integer and float
+    orjson writes, and several times faster than `json.dumps` on a large memory. False
+    when orjson's text differs or orjson refuses the value (an integer beyond 64 bits);
+    a match means the state serialises to the very text that was hashed when written.
+    """
+    try:
+        blob = orjson.dumps(state_json, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return False
+    return hashlib.sha256(blob).hexdigest() == stored_hash
 
 
 def validate_recovery_object(data: dict[str, Any], *, max_inline_bytes: int) -> dict[str, Any]:

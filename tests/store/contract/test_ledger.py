@@ -161,6 +161,24 @@ async def test_a_snapshot_with_a_bad_hash_is_skipped(store: Stores, tenant: Tena
     assert snap is not None and snap.seq == 1
 
 
+async def test_a_snapshot_reads_back_exactly_and_intact(store: Stores, tenant: TenantKey) -> None:
+    """Values orjson would round (an integer beyond 64 bits) or that need care (small
+    floats, text beyond ASCII) come back as written, and the snapshot counts as intact."""
+    state = {
+        "seq": 1,
+        "memory": {"items": [{"n": 2**70, "m": -(2**64), "f": 12345.678, "g": 1.5e-7, "t": "é✓"}]},
+        "shared_state": {"b": 1.0, "a": [0.1, 18446744073709551615]},
+    }
+    await store.ledger.create_session(tenant.tenant_id, session=new("exact"), events=items(1))
+    assert await store.ledger.save_snapshot(
+        tenant.tenant_id, "exact", seq=1, kind="auto", state=state
+    )
+    snap = await store.ledger.get_snapshot(tenant.tenant_id, "exact")
+    assert snap is not None and snap.seq == 1
+    assert snap.state == state
+    assert type(snap.state["memory"]["items"][0]["n"]) is int
+
+
 async def test_delete_erases_events_and_snapshots(store: Stores, tenant: TenantKey) -> None:
     await store.ledger.create_session(tenant.tenant_id, session=new("gone"), events=items(2))
     await store.ledger.save_snapshot(tenant.tenant_id, "gone", seq=2, kind="save", state={"seq": 2})
