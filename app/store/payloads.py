@@ -7,12 +7,57 @@ recorders): the ledger, the runs, the schedules and the webhooks share one.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
+
+import orjson
 
 from app.runtime.errors import PayloadTooLarge
 from app.runtime.session.events import NewEvent
 from app.runtime.session.redaction import Redactor
 from app.runtime.session.state import state_hash
+
+# orjson refuses (TypeError) what it would write differently from `json` (a datetime, a
+# dataclass, a subclass of a JSON type, an integer beyond 64 bits, a key that is not a
+# string), and the standard library then writes it, or raises, as it always did.
+_ORJSON_EXACT = (
+    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)  # fmt: skip
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON text, as `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`
+    writes it (up to how a float's exponent is spelled), by orjson: ten times faster.
+
+    orjson writes NaN and the infinities as `null`, where `json` writes tokens that are not
+    JSON (and that PostgreSQL refuses), so a text with a `null` in it is written again by
+    `json`: the value, or the error, stays the standard library's.
+    """
+    try:
+        raw = orjson.dumps(value, option=_ORJSON_EXACT)
+    except TypeError:  # orjson.JSONEncodeError is one
+        raw = b"null"
+    if b"null" in raw:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return raw.decode()
+
+
+def new_event_ids(n: int) -> list[str]:
+    """`n` random (version 4) UUIDs as text, as `str(uuid.uuid4())` writes them, from one
+    read of the system's random source for all of them: an event id is the write token a
+    retried append is recognised by, so it must be unique, not secret, and `uuid4` spent most
+    of its time building and formatting a `UUID` object per event."""
+    digits = os.urandom(16 * n).hex()
+    ids = []
+    for i in range(0, 32 * n, 32):
+        h = digits[i : i + 32]
+        ids.append(f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}")
+    return ids
+
+
+# The RFC 4122 variant: a UUID's 17th hex digit has its two high bits set to 10.
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 
 class Payloads:
@@ -42,8 +87,14 @@ class Payloads:
     def persistable_json(self, payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """`persistable`, also returning the JSON text it measured, for a caller that
         sends JSON text itself (the PostgreSQL fast path) and so encodes it only once."""
-        clean = self.redactor.value(payload)
-        text = json.dumps(clean, separators=(",", ":"), ensure_ascii=False)
+        # Encoded first: almost no payload holds anything to redact, and one search of its
+        # text says so (`Redactor.json_may_change`); then the payload is stored as it is,
+        # with no walk that copies it. Otherwise it is redacted and encoded again.
+        text = _dumps(payload)
+        clean = payload
+        if self.redactor.json_may_change(text):
+            clean = self.redactor.value(payload)
+            text = _dumps(clean)
         # A UTF-8 character is at most 4 bytes: only a text that might be too big is encoded.
         if len(text) * 4 > self.max_event_bytes:
             size = len(text.encode())

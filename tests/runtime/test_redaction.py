@@ -5,9 +5,12 @@ plain text, on nested JSON values, and with extra patterns that carry inline fla
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import uuid
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from app.runtime.session import redaction
 from app.runtime.session.redaction import DEFAULT_PATTERNS, MARKER, Redactor
+from app.store.payloads import Payloads, new_event_ids
 
 
 def reference_text(patterns: list[re.Pattern[str]], value: str) -> str:
@@ -188,3 +192,73 @@ def test_invalid_extra_patterns_still_fail_at_construction() -> None:
         Redactor([r"x(?i)y"])
     with pytest.raises(re.error):
         Redactor([r"(unclosed"])
+
+
+json_documents = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | fragment_strings,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(fragment_strings, children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@FAST
+@given(json_values)
+def test_the_json_pre_check_says_yes_wherever_redaction_changes_something(value: Any) -> None:
+    """`json_may_change` may only say no for a document that redaction leaves as it is."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if reference_value(compiled(), value) != value:
+        assert Redactor().json_may_change(text)
+
+
+@FAST
+@given(json_documents)
+def test_the_payload_funnel_stores_what_it_always_stored(value: Any) -> None:
+    """`Payloads.persistable_json` skips the walk and encodes with orjson where it can: its
+    value and its text are still the redacted value and `json.dumps` of it (up to how a
+    float is spelled: the same number either way)."""
+    payload = {"v": value}
+    clean, text = Payloads().persistable_json(payload)
+    expected = reference_value(compiled(), payload)
+    assert _same(clean, expected)
+    assert _same(json.loads(text), json.loads(_reference_dumps(expected)))
+    if "e" not in text and "E" not in text:  # no exponent: the very same text
+        assert text == _reference_dumps(expected)
+
+
+@FAST
+@given(json_values)
+def test_with_extra_patterns_the_funnel_always_walks(value: Any) -> None:
+    payload = {"v": value}
+    clean, _ = Payloads(redactor=Redactor(EXTRA)).persistable_json(payload)
+    assert clean == reference_value(compiled(EXTRA), payload)
+
+
+def test_the_funnel_refuses_what_json_refuses_and_keeps_what_orjson_would_change() -> None:
+    funnel = Payloads()
+    big = 2**70
+    assert funnel.persistable_json({"n": big})[1] == f'{{"n":{big}}}'
+    assert funnel.persistable_json({"x": float("nan")})[1] == '{"x":NaN}'
+    with pytest.raises(TypeError):
+        funnel.persistable_json({"at": datetime.now(UTC)})
+
+
+def test_event_ids_are_distinct_version_4_uuids() -> None:
+    ids = new_event_ids(2000)
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    assert new_event_ids(0) == []
+
+
+def _reference_dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to NaN."""
+    return _reference_dumps(a) == _reference_dumps(b)

@@ -57,6 +57,19 @@ _DEFAULT_HINT = re.compile(
     rf"|access[_-]?token{_ASSIGN}|auth[_-]?token{_ASSIGN}"
 )
 
+# The same question asked once of a whole JSON document (`Redactor.json_may_change`): each
+# alternative is a leading literal of one of `_DEFAULT_HINT`'s, so wherever a string of the
+# document passes `_DEFAULT_HINT`, the document's text contains the fragment. The encoder
+# (`json.dumps`, `ensure_ascii=False`) writes every character of these fragments as itself;
+# it escapes only quotes, backslashes and control characters, which is why what follows a
+# keyword in `_DEFAULT_HINT` (whitespace, quotes, `:` or `=`) is left out here.
+_DEFAULT_JSON_HINT = re.compile(
+    r"-----begin |sk-|gh[pousr]_|github_pat_|akia|xox[abprs]-|aiza|asr_|bearer"
+    r"|api[_-]?key|secret|passw|access[_-]?token|auth[_-]?token"
+)
+# How the encoder writes NUL inside a string (`Redactor.text` replaces it).
+_JSON_NUL = "\\u0000"
+
 
 def _fold(value: str) -> str:
     """The string with each letter that matches an ASCII letter under re.IGNORECASE replaced
@@ -128,6 +141,16 @@ class Redactor:
             if check.search(value) is not None:
                 return True
         return False
+
+    def json_may_change(self, text: str) -> bool:
+        """False only if `value(v)` is `v` for the value `v` whose JSON text (`json.dumps`,
+        `ensure_ascii=False`) is `text`: no string of it, key or value, holds NUL or passes
+        the pre-check. One regex search over the document instead of a walk that copies it;
+        with extra patterns it cannot tell (they are written for strings, not their JSON
+        text) and always says True."""
+        if self._extra_checks:
+            return True
+        return _JSON_NUL in text or _DEFAULT_JSON_HINT.search(_fold(text)) is not None
 
     def text(self, value: str) -> str:
         # NUL cannot be stored in PostgreSQL text or JSONB; it never carries meaning here.

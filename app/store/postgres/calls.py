@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -37,6 +36,7 @@ from app.runtime.errors import (
     too_many_runs,
 )
 from app.runtime.session.events import Event, NewEvent
+from app.store.payloads import new_event_ids
 
 
 @functools.cache
@@ -88,13 +88,16 @@ class EventArrays:
     def of(
         cls, events: list[NewEvent], persistable: Callable[[dict[str, Any]], tuple[Any, str]]
     ) -> EventArrays:
-        ids = [str(uuid.uuid4()) for _ in events]
+        ids = new_event_ids(len(events))
         clean, parts = [], []
         dumps = json.dumps
         for event_id, e in zip(ids, events, strict=True):
             value, payload = persistable(e.payload)
             clean.append(value)
-            plain = "".join(f',"{name}":{dumps(getattr(e, name))}' for name in _PLAIN_FIELDS)
+            plain = "".join(
+                f',"{name}":null' if (v := getattr(e, name)) is None else f',"{name}":{dumps(v)}'
+                for name in _PLAIN_FIELDS
+            )
             parts.append(
                 f'{{"id":"{event_id}","type":{dumps(str(e.type))}{plain},"payload":{payload}}}'
             )

@@ -9,7 +9,6 @@ writer, position order is commit order).
 from __future__ import annotations
 
 import functools
-import uuid
 from operator import attrgetter
 from types import SimpleNamespace
 from typing import Any, TypeVar, cast
@@ -20,7 +19,7 @@ from app.runtime.ports import SessionRecord
 from app.runtime.session.events import Event, NewEvent
 from app.store.base import APPENDED, EVENT_FIELDS, note_appended, utcnow
 from app.store.ledger import EVENT_COLUMN_LIST
-from app.store.payloads import Payloads
+from app.store.payloads import Payloads, new_event_ids
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.writer import Done, Job, JobOf, driver, sqlite_time
 from app.tracing import span
@@ -102,13 +101,13 @@ class Jobs:
         first_position = top - len(events) + 1
         written: list[Event] = []
         rows: list[list[Any]] = []
+        ids = new_event_ids(len(events))
         for i, e in enumerate(events):
             # The JSON text the size check measured is the text stored: encoded once.
             clean, text = self.payloads.persistable_json(e.payload)
             event = e.stored(
-                str(uuid.uuid4()), session.session_id, first_seq + i, clean, now,
-                first_position + i,
-            )  # fmt: skip
+                ids[i], session.session_id, first_seq + i, clean, now, first_position + i
+            )
             written.append(event)
             values = [session.tenant_id, *_EVENT_VALUES(event)]
             values[1 + PAYLOAD] = text
