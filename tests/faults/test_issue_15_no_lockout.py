@@ -72,7 +72,10 @@ async def test_a_retry_after_kill9_is_answered_and_runs_once(
             httpx.AsyncClient(base_url=b.base_url, headers=tenant.headers, timeout=30) as on_b,
         ):
             sid = (await on_a.post("/v1/sessions", json={})).json()["session_id"]
-            text = f"[sleep:1500] x {uuid.uuid4().hex}"
+            # B's first read pays its start-up (imports, its first connection): paid here,
+            # it cannot let A's run end before B has seen it start.
+            await ledger(on_b, sid)
+            text = f"[sleep:3000] x {uuid.uuid4().hex}"
             path = f"/v1/sessions/{sid}/runs"
             body = json.dumps({"input": text, "mode": "wait"}).encode()
             headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
