@@ -19,7 +19,13 @@ server encoding and its size is known before it is sent.
 
 `DeltaNotifier` sends messages in the order given, one statement at a time: NOTIFYs of one
 transaction are delivered in order, and transactions in commit order, so every replica
-receives a session's messages in the order its owner produced them.
+receives a session's messages in the order its owner produced them. It packs the messages
+waiting for a send into as few NOTIFYs as fit (`pack`: a JSON array of payloads, still under
+`MAX_PAYLOAD_BYTES`) and sends at most every `min_interval`: with many runs streaming, one
+NOTIFY per message was a transaction, and a notification for every replica to parse, per run
+and per writer tick, which cost a replica more than writing the frames to its sockets. A
+replica of a version that reads only single payloads ignores a pack (its subscribers then
+miss that text live; the turn's events carry it).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.announce import notify_all
+from app.store.announce import NOTIFY_INTERVAL, notify_all
 
 log = logging.getLogger("app.live.deltas")
 
@@ -80,7 +86,14 @@ def encode(message: DeltaMessage) -> str:
 def decode(payload: str) -> DeltaMessage | None:
     """The message in a payload, or None for one that is not (or no longer) ours."""
     try:
-        fields = json.loads(payload)
+        return decode_fields(json.loads(payload))
+    except ValueError:
+        return None
+
+
+def decode_fields(fields: Any) -> DeltaMessage | None:
+    """The message of a payload's decoded JSON array, or None for one that is not ours."""
+    try:
         version = fields[0]
         after_seq = None
         if version == _VERSION:
@@ -99,10 +112,46 @@ def decode(payload: str) -> DeltaMessage | None:
     )
 
 
+def decode_all(payload: str) -> list[DeltaMessage]:
+    """The messages of a payload: one, or a `pack` of them (those that are ours)."""
+    if not payload.startswith("[["):
+        message = decode(payload)
+        return [] if message is None else [message]
+    try:
+        parts = json.loads(payload)
+    except ValueError:
+        return []
+    found = [decode_fields(part) for part in parts if isinstance(part, list)]
+    return [message for message in found if message is not None]
+
+
+def pack(payloads: list[str], limit: int = MAX_PAYLOAD_BYTES) -> list[str]:
+    """Payloads joined in order into as few NOTIFY payloads as fit `limit` (each is a JSON
+    array of the encoded messages; one alone is sent as it is)."""
+    packed: list[str] = []
+    group: list[str] = []
+    size = 1
+    for payload in payloads:
+        if group and size + len(payload) + 1 > limit:
+            packed.append(_joined(group))
+            group, size = [], 1
+        group.append(payload)
+        size += len(payload) + 1
+    if group:
+        packed.append(_joined(group))
+    return packed
+
+
+def _joined(group: list[str]) -> str:
+    return group[0] if len(group) == 1 else "[" + ",".join(group) + "]"
+
+
 def sent_by(payload: str, origin: str) -> bool:
     """Whether a payload is one `origin` sent (the owner hears its own NOTIFYs too, and has
-    applied them already): told from its first bytes, without decoding it."""
-    return payload.startswith(f'[{_VERSION},"{origin}"')
+    applied them already): told from its first bytes, without decoding it. A pack holds
+    the messages of one replica only."""
+    mine = f'[{_VERSION},"{origin}"'
+    return payload.startswith(mine) or payload.startswith(mine, 1)
 
 
 def split(message: DeltaMessage, limit: int = MAX_PAYLOAD_BYTES) -> list[DeltaMessage]:
@@ -145,13 +194,18 @@ def split_encoded(
 
 
 class DeltaNotifier:
-    """Sends delta messages as NOTIFYs on `DELTA_CHANNEL`, in order, one send at a time."""
+    """Sends delta messages as NOTIFYs on `DELTA_CHANNEL`, in order, one send at a time,
+    packed, at most every `min_interval` seconds (the first after a quiet spell at once)."""
 
-    def __init__(self, engine: AsyncEngine, *, in_transaction: bool) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = NOTIFY_INTERVAL
+    ) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
+        self.min_interval = min_interval
         self._queue: deque[str] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._last_send = -float("inf")  # loop time of the last send's start
         self.failures = 0
 
     def send(self, messages: list[DeltaMessage]) -> None:
@@ -165,8 +219,13 @@ class DeltaNotifier:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._queue:
-            payloads = list(self._queue)
+            wait = self._last_send + self.min_interval - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last_send = loop.time()
+            payloads = pack(list(self._queue))
             self._queue.clear()
             try:
                 await notify_all(

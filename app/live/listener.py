@@ -19,7 +19,7 @@ import asyncpg
 from app.live.bus import EventBus, InProcessBus
 from app.live.control_wire import CONTROL_CHANNEL, decode_control
 from app.live.delta_wire import DELTA_CHANNEL, DeltaNotifier, sent_by
-from app.live.delta_wire import decode as decode_delta
+from app.live.delta_wire import decode_all as decode_deltas
 from app.runtime.ports import RunSignal
 from app.settings import Settings
 from app.store.announce import CHANNEL, decode_wakeup
@@ -121,8 +121,7 @@ class PostgresNotifyBus(EventBus):
     def _on_delta(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if sent_by(payload, self.deltas.origin):
             return  # this replica's own, applied when it was sent
-        message = decode_delta(payload)
-        if message is not None:
+        for message in decode_deltas(payload):
             self.deltas.receive(message)
 
     def stats(self) -> dict[str, Any]:
@@ -158,7 +157,9 @@ def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
             listen_dsn=listen_dsn(settings),
             keepalive_seconds=settings.sse_listen_keepalive_seconds,
             delta_notifier=DeltaNotifier(
-                store.db.engine, in_transaction=behind_pgbouncer(store.db.engine)
+                store.db.engine,
+                in_transaction=behind_pgbouncer(store.db.engine),
+                min_interval=settings.sse_notify_interval_ms / 1000,
             ),
             **options,
         )

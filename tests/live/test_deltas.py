@@ -16,7 +16,9 @@ from app.live.delta_wire import (
     MAX_PAYLOAD_BYTES,
     DeltaMessage,
     decode,
+    decode_all,
     encode,
+    pack,
     sent_by,
     split,
 )
@@ -184,3 +186,18 @@ def test_a_replica_knows_its_own_payloads_without_decoding_them() -> None:
     mine = encode(DeltaMessage("me", T, S, "r", "r.t1", "delta", 0, 1.0, "hi"))
     theirs = encode(DeltaMessage("meh", T, S, "r", "r.t1", "delta", 0, 1.0, "hi"))
     assert sent_by(mine, "me") and not sent_by(theirs, "me") and sent_by(theirs, "meh")
+
+
+def test_waiting_messages_go_packed_in_order_under_the_notify_limit() -> None:
+    messages = [
+        DeltaMessage("me", T, S, "r", "r.t1", "delta", i * 300, 1.0, "é" * 300, 9)
+        for i in range(100)
+    ]
+    payloads = pack([encode(m) for m in messages])
+    assert 1 < len(payloads) < len(messages)
+    assert all(len(p.encode()) <= MAX_PAYLOAD_BYTES for p in payloads)
+    assert [m for p in payloads for m in decode_all(p)] == messages
+    assert all(sent_by(p, "me") and not sent_by(p, "m") for p in payloads)
+    one = encode(messages[0])
+    assert pack([one]) == [one] and decode_all(one) == [messages[0]]  # alone: as it was
+    assert decode_all("[[") == [] and decode_all('[[3],"x",[2]]') == []
