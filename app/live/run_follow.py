@@ -87,12 +87,24 @@ class RunFollow:
         finally:
             self.close()
 
-    async def _items(self) -> AsyncGenerator[Batch | StreamEnd, None]:
+    def _items(self) -> AsyncGenerator[Batch | StreamEnd, None]:
+        """The run's timeline itself when the subscription is taken (every frame passes
+        each generator layer, so none is added), else one that takes it first."""
+        return self._timeline() if self._sub is not None else self._subscribed_first()
+
+    async def _subscribed_first(self) -> AsyncGenerator[Batch | StreamEnd, None]:
+        head = (await self._streams.runtime.get(self.tenant_id, self.run.session_id)).last_seq
+        self._subscribe(head)
+        self._after = head
+        timeline = self._timeline()
+        try:
+            async for item in timeline:
+                yield item
+        finally:
+            await timeline.aclose()
+
+    def _timeline(self) -> AsyncGenerator[Batch | StreamEnd, None]:
         runtime, run = self._streams.runtime, self.run
-        if self._sub is None:
-            head = (await runtime.get(self.tenant_id, run.session_id)).last_seq
-            self._subscribe(head)
-            self._after = head
         batch = self._streams.settings.sse_replay_batch
 
         async def read_after(seq: int) -> list[Event]:
@@ -100,7 +112,7 @@ class RunFollow:
                 self.tenant_id, run.session_id, after_seq=seq, run_id=run.run_id, limit=batch
             )
 
-        timeline = run_timeline(
+        return run_timeline(
             replay_then_live(
                 self._subscription,
                 read_after,
@@ -111,11 +123,6 @@ class RunFollow:
             ),
             run_id=run.run_id,
         )
-        try:
-            async for item in timeline:
-                yield item
-        finally:
-            await timeline.aclose()
 
     def close(self) -> None:
         """Unsubscribe; idempotent, and safe when the stream never started."""

@@ -12,8 +12,16 @@ the exit signal, the disconnect) with a cancel scope per chunk, which cost a str
 about a third more server CPU than a wait-mode run (py-spy). Here the body is sent from the
 request's own task inside one `asyncio.timeout` (the cut), and a single helper task waits
 for the client's disconnect, sending a ping whenever that wait times out. A disconnect, a
-timed-out ping, or the end of the shutdown grace moves the cut to now, which cancels the
-body where it waits; the generator's cleanup then runs.
+blocked send, or the end of the shutdown grace moves the cut to now, which cancels the body
+where it waits; the generator's cleanup then runs.
+
+A frame's send arms no timer of its own: a send that the client's socket takes at once (all
+of them, but for a client that stopped reading) would pay for a timer it never needs, and a
+stream of token deltas sends many. Sends note when the oldest of those in flight began, and
+one watchdog per stream, due `sse_send_timeout_seconds` after that (or after its last look,
+while nothing is in flight), cuts a stream whose send has waited that long. Frames and pings
+take no lock: a send hands uvicorn one whole chunk, so a ping comment can only fall between
+frames.
 """
 
 from __future__ import annotations
@@ -182,7 +190,10 @@ class StreamResponse(Response):
         # back however the response ends, like the slot.
         self._cleanup = cleanup
         self._cut: asyncio.Timeout | None = None
-        self._lock = asyncio.Lock()
+        self._in_flight = 0  # frame and ping sends not yet returned
+        self._sending_since: float | None = None  # loop time the oldest of them began
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         self._disconnected = False
         self._send_failed = False  # a send that did not return: send nothing more
         self._send_timed_out = False
@@ -204,7 +215,37 @@ class StreamResponse(Response):
             if current is None or when < current:
                 cut.reschedule(when)
 
+    async def _send_frame(self, send: Send, message: Message) -> None:
+        """A send of the body or a ping, watched by `_watch_sends` rather than a timer."""
+        if not self._in_flight:
+            assert self._loop is not None
+            self._sending_since = self._loop.time()
+        self._in_flight += 1
+        try:
+            await send(message)
+        except BaseException:
+            self._send_failed = True
+            raise
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._sending_since = None
+
+    def _watch_sends(self) -> None:
+        """Cut the stream if a send has waited `send_timeout`; else look again when the
+        send now in flight (or one that starts now) would have."""
+        assert self._loop is not None
+        now = self._loop.time()
+        since = self._sending_since
+        if since is not None and now - since >= self.send_timeout:
+            self._send_failed = self._send_timed_out = True
+            self._cut_at(now)
+            return
+        due = (now if since is None else since) + self.send_timeout
+        self._watchdog = self._loop.call_at(due, self._watch_sends)
+
     async def _send(self, send: Send, message: Message) -> None:
+        """A send outside the body (the start, the end after a cut), with a timer."""
         try:
             async with asyncio.timeout(self.send_timeout):
                 await send(message)
@@ -246,24 +287,27 @@ class StreamResponse(Response):
     async def _stream(self, receive: Receive, send: Send, shutdown: StreamShutdown | None) -> None:
         complete = False
         listener: asyncio.Task[None] | None = None
+        loop = self._loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(None) as cut:
                 self._cut = cut
                 if shutdown is not None:
                     shutdown.add(self)
-                listener = asyncio.get_running_loop().create_task(self._listen(receive, send))
+                self._watchdog = loop.call_later(self.send_timeout, self._watch_sends)
+                listener = loop.create_task(self._listen(receive, send))
                 async for data in self.body_iterator:
-                    async with self._lock:
-                        await self._send(send, _chunk(encode_frame(data)))
-                async with self._lock:
-                    await self._send(send, _END)
+                    await self._send_frame(send, _chunk(encode_frame(data)))
+                await self._send_frame(send, _END)
                 complete = True
         except TimeoutError as exc:
             if isinstance(exc, SendTimeoutError) or not cut.expired():
                 raise
-            # Cut: the client left, a ping could not be sent, or the shutdown grace ran out.
+            # Cut: the client left, a send blocked, or the shutdown grace ran out.
         finally:
             self._cut = None
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
             if listener is not None:
                 listener.cancel()
         if self._send_timed_out:
@@ -283,15 +327,14 @@ class StreamResponse(Response):
                         message = await receive()
                 except TimeoutError:
                     ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=_SEP)
-                    async with self._lock:
-                        await self._send(send, _chunk(ping.encode()))
+                    await self._send_frame(send, _chunk(ping.encode()))
                     continue
                 if message["type"] == "http.disconnect":
                     self._disconnected = True
                     self._cut_at(loop.time())
                     return
         except Exception:
-            # A ping that timed out or failed (`_send` has noted which): stop the stream.
+            # A ping that failed (`_send_frame` has noted it): stop the stream.
             self._cut_at(loop.time())
 
 
