@@ -63,10 +63,14 @@ def tenant_event_frame(event: Event, cursor: TenantCursor) -> ServerSentEvent:
 
 
 def ephemeral_frame(item: Ephemeral) -> bytes:
-    name = str(item.frame.get("type") or "delta")
-    if "\n" in name or "\r" in name:  # not one of ours: ServerSentEvent strips the breaks
-        return ServerSentEvent(event=name, data=_json(item.frame)).encode()
-    return _frame(name, _json_bytes(item.frame))
+    """`event: <type>`, `data: <frame JSON>`, encoded once per item (shared by streams)."""
+    if item.encoded is None:
+        name = str(item.frame.get("type") or "delta")
+        if "\n" in name or "\r" in name:  # not ours: ServerSentEvent strips the breaks
+            item.encoded = ServerSentEvent(event=name, data=_json(item.frame)).encode()
+        else:
+            item.encoded = _frame(name, _json_bytes(item.frame))
+    return item.encoded
 
 
 def end_frame(end: StreamEnd) -> ServerSentEvent:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.runtime.session.events import Event
@@ -24,11 +24,16 @@ class Delivery:
     frame: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ephemeral:
-    """A delta frame: no seq, never stored, only for subscribers that asked for deltas."""
+    """A delta frame: no seq, never stored, only for subscribers that asked for deltas.
+
+    `encoded` is its SSE frame, made by the first stream that sends it and shared by the
+    rest, as `Delivery.frame` is.
+    """
 
     frame: dict[str, Any]
+    encoded: bytes | None = field(default=None, compare=False)
 
 
 Item = Delivery | Ephemeral
