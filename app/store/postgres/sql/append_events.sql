@@ -61,12 +61,16 @@ BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
 
     IF n > 0 THEN
-        -- By tenant and event id, so that the one index that answers it (unique on
-        -- tenant_id, event_id) is the plan: a generic plan that also named the session
-        -- would walk the session's rows by its primary key instead.
-        SELECT e.seq INTO v_first FROM session_events AS e
-         WHERE e.tenant_id = p_tenant AND e.event_id = (p_events->0->>'id');
-        IF FOUND THEN
+        -- By tenant and event id, answered by the unique index on (tenant_id, event_id),
+        -- and planned at each call (EXECUTE): every index of the table leads with
+        -- tenant_id, so a plan made while the table was small (a pooled connection
+        -- caches its generic plan from its sixth call, and nothing replans it until an
+        -- ANALYZE) may pick another one and walk all of the tenant's events at every
+        -- append from then on. A plan made for the table as it is picks this index.
+        EXECUTE 'SELECT e.seq FROM session_events AS e'
+                ' WHERE e.tenant_id = $1 AND e.event_id = $2'
+           INTO v_first USING p_tenant, p_events->0->>'id';
+        IF v_first IS NOT NULL THEN  -- EXECUTE leaves FOUND as it was
             SELECT x.* INTO s FROM sessions AS x
              WHERE x.tenant_id = p_tenant AND x.session_id = p_session;
             SELECT array_agg(e.position ORDER BY e.seq) INTO v_positions
