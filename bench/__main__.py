@@ -31,6 +31,7 @@ BENCHES = (
     "load_state",
     "fork",
     "runtime",
+    "runtime_reads",
     "http_run",
     "sse_fanout",
     "cancel_cross_replica",
@@ -115,11 +116,11 @@ async def run_backend(backend: str, args: argparse.Namespace, sizes: Sizes) -> d
                 add(await bench.load_state())
             if "fork" in only:
                 add(await bench.fork())
-            if "runtime" in only:
+            if only & {"runtime", "runtime_reads"}:
                 from bench.runtime_bench import RuntimeBench
 
                 rt = RuntimeBench(bench.store, bench.raw, bench.tenant, sizes)
-                add(await rt.run(log))
+                add(await rt.run(log, appends="runtime" in only))
             if "http_run" in only:
                 from bench.http_run import http_run
 

@@ -65,8 +65,10 @@ class RuntimeBench:
         self.sizes = sizes
         self.big = ""  # the fork_size-item session
 
-    async def run(self, log: Log) -> list[Figure]:
-        figures = [await self.append_seq(), await self.append_conc()]
+    async def run(self, log: Log, *, appends: bool = True) -> list[Figure]:
+        """Every figure; without `appends` (`--only runtime_reads`), only the big session's
+        reads, cold load and forks, whose set-up alone is most of the time."""
+        figures = [await self.append_seq(), await self.append_conc()] if appends else []
         started = time.perf_counter()
         await self.prepare()
         took = time.perf_counter() - started

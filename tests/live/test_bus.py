@@ -126,7 +126,7 @@ async def test_r11_one_notification_per_transaction_and_none_on_rollback(
         assert await count_rows(store, t, "r11") == 101
 
         forked = await runtime.fork(t, "r11", at_seq=50, new_session_id="r11-child")
-        assert await notes.settle() == [f"{t}:r11-child:{forked.session.last_seq}"]
+        assert await notes.settle() == [f"{t}:r11-child:{forked.last_seq}"]
         assert await notes.queue_usage() < 0.01
 
 

@@ -194,9 +194,10 @@ def make_machine(database_url: str) -> type[RuleBasedStateMachine]:
             expected = self.run_sync(self.runtime.state_at(self.tenant, sid, at))
             self.counter += 1
             child = f"s{self.counter}"
-            loaded = self.run_sync(
+            record = self.run_sync(
                 self.runtime.fork(self.tenant, sid, at_seq=at, new_session_id=child)
             )
+            loaded = self.run_sync(self.runtime.as_loaded(self.tenant, record))
             assert loaded.state.memory_json() == expected.memory_json()
             # Independent check of "fork at k equals the parent's fold at k": fold from seq 1.
             parent_events = self.run_sync(

@@ -389,7 +389,7 @@ async def fork_session(
     fork = body or ForkRequest()
 
     async def produce(token: IdempotencyToken | None) -> Response:
-        loaded = await runtime.fork(
+        child = await runtime.fork(
             tenant.tenant_id,
             session_id,
             at_seq=fork.at_seq,
@@ -399,7 +399,7 @@ async def fork_session(
             rebind=fork.rebind,
             idempotency=token,
         )
-        return _display_created(loaded)
+        return _display_created(await runtime.as_loaded(tenant.tenant_id, child))
 
     async def replay(result: dict) -> Response:
         return _display_created(await runtime.as_committed(tenant.tenant_id, result))

@@ -9,7 +9,6 @@ can never be served from a stale entry.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import uuid
 from collections import OrderedDict
@@ -679,12 +678,18 @@ class SessionRuntime:
         binding: dict[str, Any] | None = None,
         rebind: bool = False,
         idempotency: IdempotencyToken | None = None,
-    ) -> Loaded:
+    ) -> SessionRecord:
         """A new session whose state is the source's fold at `at_seq`; the source is untouched.
 
         The child keeps the source's binding. A `binding` that differs from it is accepted only
         with `rebind=True`: a fork is a cheap way to continue work elsewhere, and moving it to
         another workspace by accident (a stale client value) would act on the wrong files.
+
+        Returns the child's row as the fork committed it. Its state is not read: the store
+        copies the prefix and the source's nearest snapshot inside the database, so nothing
+        needs decoding or folding here, and a caller that shows the state reads it
+        (`as_loaded`). Only when this process holds the source's state at `at_seq` itself is
+        the child's state (that one plus SESSION_FORKED) kept for it, as after any write.
 
         Raises:
             SessionNotFound, InvalidForkPoint, BindingMismatch (a different binding without
@@ -720,25 +725,33 @@ class SessionRuntime:
             # the ledger says where the child was moved
             rebound_to=binding if rebind and binding != source.binding else None,
         ).event()
-        # The state is only for the answer (counts, tokens): the store copies the prefix
-        # and the nearest snapshot inside the database and writes no state of ours, so it
-        # is read while the database copies.
-        state = asyncio.ensure_future(self.state_at(tenant_id, session_id, at, record=source))
-        try:
-            result = await self._fork_rows(
-                tenant_id, session_id, at, source, child_id, metadata, binding, forked, idempotency
-            )
-        except BaseException:
-            state.cancel()
-            # Its own failure, if it came first, is the fork's to report: marked as seen.
-            state.add_done_callback(lambda t: t.cancelled() or t.exception())
-            raise
-        try:
-            base = await state
-        except HistoryPrunedError:
-            # The source was pruned past `at` meanwhile; the child's copy was not.
-            base = await self.state_at(tenant_id, child_id, at)
-        return self._after_write(result, fold(base, result.events))
+        kept = self._kept_at(source, at)
+        result = await self._fork_rows(
+            tenant_id, session_id, at, source, child_id, metadata, binding, forked, idempotency
+        )
+        if kept is not None:
+            self.remember(result.session, fold(kept, result.events))
+        return result.session
+
+    def _kept_at(self, record: SessionRecord, seq: int) -> SessionState | None:
+        """The cached state of `record`'s incarnation if it is the fold at exactly `seq`."""
+        kept = self._cache.get((record.tenant_id, record.session_id))
+        if kept is None or kept[0].created_at != record.created_at or kept[1].seq != seq:
+            return None
+        return kept[1].copy()
+
+    async def as_loaded(self, tenant_id: str, record: SessionRecord) -> Loaded:
+        """`record` (a row a write returned, a fork's) with the fold of its ledger up to the
+        row's last seq: from the cache when it holds that fold, else read (the nearest
+        snapshot and the events after it) and kept. For showing what a write whose answer
+        folds nothing (`fork`) left, so that only a caller who shows it pays for it.
+
+        Raises:
+            HistoryPrunedError: the fold needs events pruned since (a child pruned at once).
+        """
+        state = await self.state_at(tenant_id, record.session_id, record.last_seq, record=record)
+        self.remember(record, state)
+        return Loaded(session=record, state=state)
 
     async def _fork_rows(
         self,

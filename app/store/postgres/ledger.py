@@ -42,6 +42,7 @@ from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store.base import (
     event_from_mapping,
     event_from_row,
+    events_from_rows,
     note_appended,
     session_from_mapping,
     session_from_row,
@@ -350,7 +351,7 @@ class PostgresLedger(LedgerStore):
             sql += f" LIMIT ${len(args)}"
         driver = (await conn.get_raw_connection()).driver_connection
         assert driver is not None  # the checked-out connection's asyncpg one
-        return [Event(*row) for row in await driver.fetch(sql, *args)]
+        return events_from_rows(await driver.fetch(sql, *args))
 
     async def list_tenant_events(
         self,

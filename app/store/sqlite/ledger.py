@@ -41,7 +41,7 @@ from app.runtime.ports import (
 from app.runtime.session.events import Event, NewEvent
 from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store import json_text
-from app.store.base import event_from_row, session_from_row, utcnow
+from app.store.base import event_from_row, events_from_rows, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore, committed_result
 from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore
 from app.store.payloads import Payloads
@@ -317,13 +317,12 @@ class SqliteLedger(LedgerStore):
         async with driver.execute(sql, args) as cursor:
             rows = await cursor.fetchall()
         loads, parse = json_text.loads, datetime.fromisoformat
-        events = []
-        for row in rows:
+        for i, row in enumerate(rows):
             values = list(row)
             values[PAYLOAD] = loads(values[PAYLOAD])
             values[CREATED_AT] = parse(values[CREATED_AT]).replace(tzinfo=UTC)
-            events.append(Event(*values))
-        return events
+            rows[i] = values  # a row is let go as it is replaced (see `events_from_rows`)
+        return events_from_rows(rows)
 
     async def list_tenant_events(
         self,
