@@ -19,11 +19,12 @@ server encoding and its size is known before it is sent.
 
 `DeltaNotifier` sends messages in the order given, one statement at a time: NOTIFYs of one
 transaction are delivered in order, and transactions in commit order, so every replica
-receives a session's messages in the order its owner produced them. It packs the messages
-waiting for a send into as few NOTIFYs as fit (`pack`: a JSON array of payloads, still under
-`MAX_PAYLOAD_BYTES`) and sends at most every `min_interval`: with many runs streaming, one
-NOTIFY per message was a transaction, and a notification for every replica to parse, per run
-and per writer tick, which cost a replica more than writing the frames to its sockets. A
+receives a session's messages in the order its owner produced them. The messages that
+wait while a send is in flight go in the next one, packed into as few NOTIFYs as fit (`pack`:
+a JSON array of payloads, still under `MAX_PAYLOAD_BYTES`): with many runs streaming, one
+NOTIFY per message was a notification for every replica to parse, per run and per writer
+tick. There is no interval between sends (the wake-ups' `min_interval`): the end of a turn
+waits for its text to be sent, and a timer there added to every run's latency. A
 replica of a version that reads only single payloads ignores a pack (its subscribers then
 miss that text live; the turn's events carry it).
 """
@@ -39,7 +40,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.announce import NOTIFY_INTERVAL, notify_all
+from app.store.announce import notify_all
 
 log = logging.getLogger("app.live.deltas")
 
@@ -195,17 +196,13 @@ def split_encoded(
 
 class DeltaNotifier:
     """Sends delta messages as NOTIFYs on `DELTA_CHANNEL`, in order, one send at a time,
-    packed, at most every `min_interval` seconds (the first after a quiet spell at once)."""
+    those that waited for it packed."""
 
-    def __init__(
-        self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = NOTIFY_INTERVAL
-    ) -> None:
+    def __init__(self, engine: AsyncEngine, *, in_transaction: bool) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
-        self.min_interval = min_interval
         self._queue: deque[str] = deque()
         self._task: asyncio.Task[None] | None = None
-        self._last_send = -float("inf")  # loop time of the last send's start
         self.failures = 0
 
     def send(self, messages: list[DeltaMessage]) -> None:
@@ -219,12 +216,7 @@ class DeltaNotifier:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._queue:
-            wait = self._last_send + self.min_interval - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last_send = loop.time()
             payloads = pack(list(self._queue))
             self._queue.clear()
             try:
