@@ -12,7 +12,6 @@ are mapped here onto the runtime's domain errors, the same ones SQLite's store r
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from app.runtime.errors import (
 )
 from app.runtime.session.events import Event, NewEvent
 from app.store.payloads import new_event_ids
+from app.store.postgres.check_in import check_in
 
 
 @functools.cache
@@ -179,7 +179,7 @@ async def call(
     The pooled connection is checked out bare (`raw_connection`), not wrapped in an
     `AsyncConnection`: half the Python of a checkout, and these calls need nothing of
     SQLAlchemy's but the pool (idle ping, reset and invalidation included). The check-in
-    is shielded from cancellation, as `AsyncConnection.close` is.
+    is beyond cancellation's reach, as `AsyncConnection.close`'s is (`check_in`).
 
     Raises:
         Refused: the function refused (SQLSTATE `AS0xx`); everything was rolled back.
@@ -202,7 +202,7 @@ async def call(
         except Exception as exc:
             await _raise_as_sqlalchemy(engine, fairy, adapter, sql, exc)
     finally:
-        await asyncio.shield(greenlet_spawn(fairy.close))
+        await check_in(fairy)
 
 
 async def call_in(conn: AsyncConnection, sql: str, args: tuple[Any, ...]) -> Any:

@@ -1,0 +1,42 @@
+"""Returning a pooled connection where cancellation cannot cut the return short.
+
+`asyncio.shield` would do, but it makes a task (and costs a turn of the loop) on every call,
+and nearly every check-in needs no I/O at all: the stored-function calls go around
+SQLAlchemy's adapter, so the adapter has no transaction to roll back and the reset is a
+no-op. So the check-in's first step runs here, in the caller's task, and a check-in that
+finishes in it (the usual case) costs no task; one that does wait on the wire (a rollback,
+closing an invalidated connection) is finished by a shielded task, exactly as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from sqlalchemy.util import greenlet_spawn
+
+
+async def check_in(fairy: Any) -> None:
+    """Close (return to its pool) a connection checked out with `raw_connection()`."""
+    closing = greenlet_spawn(fairy.close)
+    try:
+        waiting = closing.send(None)
+    except StopIteration:
+        return
+    await asyncio.shield(_finish(closing, waiting))
+
+
+async def _finish(closing: Coroutine[Any, Any, Any], waiting: Any) -> None:
+    """Drive `closing` on from a suspension, as a task would: wait for what it waits on,
+    then resume it (a failed wait raises inside it, where it awaited)."""
+    while True:
+        if isinstance(waiting, asyncio.Future):
+            waiting._asyncio_future_blocking = False
+            await asyncio.wait((waiting,))
+        else:  # a bare yield: give the loop one turn
+            await asyncio.sleep(0)
+        try:
+            waiting = closing.send(None)
+        except StopIteration:
+            return
