@@ -4,6 +4,12 @@ Writes go to `raw_events`, a table equivalent to `session_events` (same columns,
 unique constraints and indexes; on PostgreSQL `LIKE session_events INCLUDING ALL`). Reads
 select the very rows the store reads, from `session_events`, and decode the JSON payloads
 with the standard library (a caller gets usable rows, as from the store).
+
+Forks copy into `raw_fork_events`, which also has the ledger's foreign key to `sessions`
+(`LIKE` copies no foreign key): a fork's copy is checked row by row against its session's
+row, in the store as in any schema that keeps events with their session, so the raw fork
+inserts its child's row and pays that check too. The append loops keep the key-less table:
+there the check is a small part of a commit, and leaving it out only flatters the baseline.
 """
 
 from __future__ import annotations
@@ -32,7 +38,25 @@ _SQLITE_DDL = [
         PRIMARY KEY (tenant_id, session_id, seq), UNIQUE (event_id), UNIQUE (position))""",
     "CREATE INDEX IF NOT EXISTS ix_raw_events_tp ON raw_events (tenant_id, position)",
     "CREATE INDEX IF NOT EXISTS ix_raw_events_txp ON raw_events (tenant_id, xact_id, position)",
+    """CREATE TABLE IF NOT EXISTS raw_fork_events (
+        tenant_id VARCHAR(64) NOT NULL, session_id VARCHAR(128) NOT NULL,
+        seq BIGINT NOT NULL, event_id VARCHAR(36) NOT NULL, position BIGINT NOT NULL,
+        xact_id BIGINT, type VARCHAR(64) NOT NULL, run_id VARCHAR(64), turn_id VARCHAR(64),
+        payload JSON NOT NULL, created_at DATETIME NOT NULL,
+        PRIMARY KEY (tenant_id, session_id, seq), UNIQUE (event_id), UNIQUE (position),
+        FOREIGN KEY (tenant_id, session_id) REFERENCES sessions (tenant_id, session_id)
+            ON DELETE CASCADE)""",
+    "CREATE INDEX IF NOT EXISTS ix_raw_fork_events_tp ON raw_fork_events (tenant_id, position)",
+    "CREATE INDEX IF NOT EXISTS ix_raw_fork_events_txp"
+    " ON raw_fork_events (tenant_id, xact_id, position)",
 ]
+
+# A child's (or the padding's) row in `sessions`, as the fork key needs: the source's row
+# with the child's id and position in the tree.
+_SESSION_COLUMNS = (
+    "tenant_id, session_id, root_session_id, parent_session_id, forked_from_seq, status,"
+    " metadata, agent, binding, last_seq, version, active_run_id, created_at, updated_at"
+)
 
 
 # An event to write instead of the benchmark's STEP_END: (type, payload JSON text).
@@ -77,6 +101,11 @@ class RawPostgres:
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS raw_events (LIKE session_events INCLUDING ALL)"
+            )
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS raw_fork_events (LIKE session_events INCLUDING ALL,"
+                " FOREIGN KEY (tenant_id, session_id) REFERENCES sessions (tenant_id, session_id)"
+                " ON DELETE CASCADE)"
             )
 
     async def close(self) -> None:
@@ -144,26 +173,35 @@ class RawPostgres:
             return row, snap, tail
 
     async def match_size(self) -> None:
-        """Pad raw_events to as many rows as session_events holds, so that the raw fork
+        """Pad raw_fork_events to as many rows as session_events holds, so that the raw fork
         inserts into indexes as large as the store's (index inserts cost more in a larger
-        table; a ratio against an almost empty one would flatter the baseline)."""
-        async with self.pool.acquire() as conn:
+        table; a ratio against an almost empty one would flatter the baseline). The padding
+        is one session's, with a row in `sessions` as the key needs."""
+        async with self.pool.acquire() as conn, conn.transaction():
             missing = await conn.fetchval(
-                "SELECT (SELECT count(*) FROM session_events) - (SELECT count(*) FROM raw_events)"
+                "SELECT (SELECT count(*) FROM session_events)"
+                " - (SELECT count(*) FROM raw_fork_events)"
             )
-            if missing > 0:
-                await conn.execute(
-                    f"INSERT INTO raw_events ({_COLUMNS})"
-                    " SELECT tenant_id, $1 || session_id, seq, gen_random_uuid()::text, xact_id,"
-                    " type, run_id, turn_id, payload, created_at FROM session_events LIMIT $2",
-                    f"pad-{uuid.uuid4().hex[:8]}-",
-                    missing,
-                )
+            if missing <= 0:
+                return
+            pad = f"pad-{uuid.uuid4().hex[:12]}"
+            source = await conn.fetchrow("SELECT tenant_id, session_id FROM session_events LIMIT 1")
+            await conn.execute(_PG_CHILD_ROW, source["tenant_id"], source["session_id"], pad, 0)
+            await conn.execute(
+                f"INSERT INTO raw_fork_events ({_COLUMNS})"
+                " SELECT $2, $1, row_number() OVER (), gen_random_uuid()::text, xact_id,"
+                " type, run_id, turn_id, payload, created_at FROM session_events LIMIT $3",
+                pad,
+                source["tenant_id"],
+                missing,
+            )
 
     async def fork(self, tenant: str, source: str, at_seq: int, child: str) -> None:
+        """The child's row, then its copy of the source's events 1..at_seq."""
         async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(_PG_CHILD_ROW, tenant, source, child, at_seq)
             await conn.execute(
-                f"INSERT INTO raw_events ({_COLUMNS})"
+                f"INSERT INTO raw_fork_events ({_COLUMNS})"
                 " SELECT tenant_id, $3, seq, gen_random_uuid()::text, xact_id, type, run_id,"
                 " turn_id, payload, created_at FROM session_events"
                 " WHERE tenant_id = $1 AND session_id = $2 AND seq <= $4",
@@ -172,6 +210,13 @@ class RawPostgres:
                 child,
                 at_seq,
             )
+
+
+_PG_CHILD_ROW = (
+    f"INSERT INTO sessions ({_SESSION_COLUMNS})"
+    " SELECT tenant_id, $3, root_session_id, session_id, $4, status, metadata, agent, binding,"
+    " $4, 1, NULL, now(), now() FROM sessions WHERE tenant_id = $1 AND session_id = $2"
+)
 
 
 class RawSqlite:
@@ -195,6 +240,7 @@ class RawSqlite:
             "PRAGMA journal_mode=WAL",
             f"PRAGMA synchronous={self.synchronous}",
             "PRAGMA busy_timeout=10000",
+            "PRAGMA foreign_keys=ON",  # as the store's: the fork copy's key is checked
         ):
             await conn.execute(pragma)
         return conn
@@ -295,42 +341,55 @@ class RawSqlite:
             await conn.execute("COMMIT")
 
     async def match_size(self) -> None:
-        """Pad raw_events to as many rows as session_events holds (see RawPostgres)."""
+        """Pad raw_fork_events to as many rows as session_events holds (see RawPostgres)."""
         conn = self.conns[0]
         async with self.lock:
             cursor = await conn.execute(
-                "SELECT (SELECT count(*) FROM session_events) - (SELECT count(*) FROM raw_events),"
+                "SELECT (SELECT count(*) FROM session_events)"
+                " - (SELECT count(*) FROM raw_fork_events),"
                 " (SELECT coalesce(max(rowid), 0) FROM session_events)"
             )
             missing, top = await cursor.fetchone()
             if missing <= 0:
                 return
+            cursor = await conn.execute("SELECT tenant_id, session_id FROM session_events LIMIT 1")
+            tenant, source = await cursor.fetchone()
+            pad = f"pad-{uuid.uuid4().hex[:12]}"
             base = self.fork_base
             self.fork_base += top + 1
             await conn.execute("BEGIN IMMEDIATE")
+            await conn.execute(_SQLITE_CHILD_ROW, (pad, 0, 0, tenant, source))
             await conn.execute(
-                f"INSERT INTO raw_events ({_COLUMNS}, position)"
-                " SELECT tenant_id, ? || session_id, seq, lower(hex(randomblob(16))), xact_id,"
-                " type, run_id, turn_id, payload, created_at, ? + rowid FROM session_events"
-                " LIMIT ?",
-                (f"pad-{uuid.uuid4().hex[:8]}-", base, missing),
+                f"INSERT INTO raw_fork_events ({_COLUMNS}, position)"
+                " SELECT ?, ?, rowid, lower(hex(randomblob(16))), xact_id, type, run_id,"
+                " turn_id, payload, created_at, ? + rowid FROM session_events LIMIT ?",
+                (tenant, pad, base, missing),
             )
             await conn.execute("COMMIT")
 
     async def fork(self, tenant: str, source: str, at_seq: int, child: str) -> None:
+        """The child's row, then its copy of the source's events 1..at_seq."""
         conn = self.conns[0]
         async with self.lock:
             base = self.fork_base
             self.fork_base += at_seq
             await conn.execute("BEGIN IMMEDIATE")
+            await conn.execute(_SQLITE_CHILD_ROW, (child, at_seq, at_seq, tenant, source))
             await conn.execute(
-                f"INSERT INTO raw_events ({_COLUMNS}, position)"
+                f"INSERT INTO raw_fork_events ({_COLUMNS}, position)"
                 " SELECT tenant_id, ?, seq, lower(hex(randomblob(16))), xact_id, type, run_id,"
                 " turn_id, payload, created_at, ? + seq FROM session_events"
                 " WHERE tenant_id = ? AND session_id = ? AND seq <= ?",
                 (child, base, tenant, source, at_seq),
             )
             await conn.execute("COMMIT")
+
+
+_SQLITE_CHILD_ROW = (
+    f"INSERT INTO sessions ({_SESSION_COLUMNS})"
+    " SELECT tenant_id, ?, root_session_id, session_id, ?, status, metadata, agent, binding,"
+    " ?, 1, NULL, created_at, updated_at FROM sessions WHERE tenant_id = ? AND session_id = ?"
+)
 
 
 def raw_for(url: str, synchronous: str = "NORMAL") -> RawPostgres | RawSqlite:
