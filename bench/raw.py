@@ -29,26 +29,28 @@ _COLUMNS = (
 # Read in this order, so that the payload is the last but one column.
 _READ = "tenant_id, session_id, seq, event_id, position, type, run_id, turn_id, payload, created_at"
 
+
+def _sqlite_events_ddl(table: str, key: str = "") -> list[str]:
+    """`table` as SQLite's `session_events` is (columns, keys, indexes), plus `key`."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {table} (
+        tenant_id VARCHAR(64) NOT NULL, session_id VARCHAR(128) NOT NULL,
+        seq BIGINT NOT NULL, event_id VARCHAR(36) NOT NULL, position BIGINT NOT NULL,
+        xact_id BIGINT, type VARCHAR(64) NOT NULL, run_id VARCHAR(64), turn_id VARCHAR(64),
+        payload JSON NOT NULL, created_at DATETIME NOT NULL,
+        PRIMARY KEY (tenant_id, session_id, seq), UNIQUE (event_id), UNIQUE (position){key})""",
+        f"CREATE INDEX IF NOT EXISTS ix_{table}_tp ON {table} (tenant_id, position)",
+        f"CREATE INDEX IF NOT EXISTS ix_{table}_txp ON {table} (tenant_id, xact_id, position)",
+    ]
+
+
+_SESSION_KEY = (
+    "FOREIGN KEY (tenant_id, session_id) REFERENCES sessions (tenant_id, session_id)"
+    " ON DELETE CASCADE"
+)
 _SQLITE_DDL = [
-    """CREATE TABLE IF NOT EXISTS raw_events (
-        tenant_id VARCHAR(64) NOT NULL, session_id VARCHAR(128) NOT NULL,
-        seq BIGINT NOT NULL, event_id VARCHAR(36) NOT NULL, position BIGINT NOT NULL,
-        xact_id BIGINT, type VARCHAR(64) NOT NULL, run_id VARCHAR(64), turn_id VARCHAR(64),
-        payload JSON NOT NULL, created_at DATETIME NOT NULL,
-        PRIMARY KEY (tenant_id, session_id, seq), UNIQUE (event_id), UNIQUE (position))""",
-    "CREATE INDEX IF NOT EXISTS ix_raw_events_tp ON raw_events (tenant_id, position)",
-    "CREATE INDEX IF NOT EXISTS ix_raw_events_txp ON raw_events (tenant_id, xact_id, position)",
-    """CREATE TABLE IF NOT EXISTS raw_fork_events (
-        tenant_id VARCHAR(64) NOT NULL, session_id VARCHAR(128) NOT NULL,
-        seq BIGINT NOT NULL, event_id VARCHAR(36) NOT NULL, position BIGINT NOT NULL,
-        xact_id BIGINT, type VARCHAR(64) NOT NULL, run_id VARCHAR(64), turn_id VARCHAR(64),
-        payload JSON NOT NULL, created_at DATETIME NOT NULL,
-        PRIMARY KEY (tenant_id, session_id, seq), UNIQUE (event_id), UNIQUE (position),
-        FOREIGN KEY (tenant_id, session_id) REFERENCES sessions (tenant_id, session_id)
-            ON DELETE CASCADE)""",
-    "CREATE INDEX IF NOT EXISTS ix_raw_fork_events_tp ON raw_fork_events (tenant_id, position)",
-    "CREATE INDEX IF NOT EXISTS ix_raw_fork_events_txp"
-    " ON raw_fork_events (tenant_id, xact_id, position)",
+    *_sqlite_events_ddl("raw_events"),
+    *_sqlite_events_ddl("raw_fork_events", f",\n        {_SESSION_KEY}"),
 ]
 
 # A child's (or the padding's) row in `sessions`, as the fork key needs: the source's row
@@ -103,9 +105,8 @@ class RawPostgres:
                 "CREATE TABLE IF NOT EXISTS raw_events (LIKE session_events INCLUDING ALL)"
             )
             await conn.execute(
-                "CREATE TABLE IF NOT EXISTS raw_fork_events (LIKE session_events INCLUDING ALL,"
-                " FOREIGN KEY (tenant_id, session_id) REFERENCES sessions (tenant_id, session_id)"
-                " ON DELETE CASCADE)"
+                "CREATE TABLE IF NOT EXISTS raw_fork_events"
+                f" (LIKE session_events INCLUDING ALL, {_SESSION_KEY})"
             )
 
     async def close(self) -> None:

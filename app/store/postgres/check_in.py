@@ -32,7 +32,6 @@ async def _finish(closing: Coroutine[Any, Any, Any], waiting: Any) -> None:
     then resume it (a failed wait raises inside it, where it awaited)."""
     while True:
         if isinstance(waiting, asyncio.Future):
-            waiting._asyncio_future_blocking = False
             await asyncio.wait((waiting,))
         else:  # a bare yield: give the loop one turn
             await asyncio.sleep(0)
