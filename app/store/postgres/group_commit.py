@@ -6,10 +6,10 @@ flight and nobody queued goes alone, at once, exactly as before (`asr_append_eve
 lone writer never waits (two calls in flight, not more: with 16 writers, more singles
 in flight meant more commits and fewer shared ones, and less throughput on the 2-core
 benchmark machine). Otherwise it queues, and the next call to finish takes everything
-queued (up to `max_batch`) into one `asr_append_batch` (migration 0007): every item is the
-same conditional append, applied in (tenant, session, arrival) order, and each caller gets
-its own row back — so results, refusals and errors are per append, as if alone. Each
-caller returns only once its append is committed.
+queued (up to `max_batch`) into one `asr_append_batch` (`sql/append_batch.sql`): every item
+is the same conditional append, and each caller gets its own row back — so results, refusals
+and errors are per append, as if alone. Each caller returns only once its append is
+committed.
 
 If a batch call fails for any reason but an item's own refusal (which the function reports
 per item), its items are retried one by one with `asr_append_events`, so one item's failure

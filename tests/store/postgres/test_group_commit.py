@@ -4,6 +4,7 @@ exactly what it would have got alone."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -15,8 +16,9 @@ from sqlalchemy.exc import DBAPIError
 from app.runtime.errors import SeqConflict, SessionNotFound
 from app.runtime.ports import NewSession
 from app.runtime.session.events import EventType, NewEvent
+from app.runtime.webhooks.records import NewWebhook
 from app.store.stores import Stores
-from app.store.tables import session_events
+from app.store.tables import session_events, webhook_deliveries
 from tests.conftest import TenantKey
 
 
@@ -38,6 +40,11 @@ def _events(*payloads: str) -> str:
         )
         + "]"
     )
+
+
+def json_of(value: Any) -> Any:
+    """A jsonb column as asyncpg returns it (text) or as decoded."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _event(i: int) -> NewEvent:
@@ -213,3 +220,105 @@ async def test_refusals_through_the_store_are_unchanged(pg: Stores, tenant: Tena
     assert all(isinstance(o, SeqConflict) for o in outcomes if o is not None)
     with pytest.raises(SessionNotFound):
         await pg.ledger.append_events(t, "no-such-session", events=[_event(1)])
+
+
+async def test_a_batch_of_one_tenants_distinct_sessions_goes_together_with_the_same_rows(
+    pg: Stores, tenant: TenantKey
+) -> None:
+    """One tenant, each session once: the batch takes its set-based way (one UPDATE of the
+    session rows), and each item still gets what it would have got alone."""
+    t = tenant.tenant_id
+    a, b, c, d = [await _session(pg, t) for _ in range(4)]
+    created = await pg.ledger.get_session(t, c)
+    assert created is not None
+    v = created.version
+    now = datetime.now(UTC)
+
+    def args(
+        session: str, expected: int | None, version: int | None = None, **extra: Any
+    ) -> tuple[Any, ...]:
+        return (
+            t,
+            session,
+            expected,
+            version,
+            now,
+            extra.get("events", _events('{"n": 1}', '{"n": 2}')),
+            None,
+            None,
+            None,
+            extra.get("metadata"),
+            None,
+            None,
+            None,
+        )
+
+    rows = await pg.ledger.writes.append_groups._batch(
+        [
+            args(a, 0),
+            args(b, 5),  # stale: refused, with the row as it is
+            args("missing", None),
+            args(c, None, v, metadata='{"team": "x"}'),
+            args(d, None, events="[]"),  # no events: the version moves, no seq
+        ]
+    )
+    assert rows[1]["appended"] and (rows[1]["first_seq"], rows[1]["last_seq"]) == (1, 2)
+    assert len(rows[1]["positions"]) == 2 and rows[1]["version"] == v + 1
+    assert not rows[2]["appended"] and rows[2]["last_seq"] == 0 and rows[2]["xact_id"] is None
+    assert 3 not in rows
+    assert rows[4]["appended"] and json_of(rows[4]["metadata"]) == {"team": "x"}
+    assert rows[5]["appended"] and rows[5]["first_seq"] == 1 and rows[5]["last_seq"] == 0
+    assert list(rows[5]["positions"]) == [] and rows[5]["version"] == v + 1
+    assert rows[1]["xact_id"] == rows[4]["xact_id"] == rows[5]["xact_id"]
+    assert [e.seq for e in await pg.ledger.list_events(t, a)] == [1, 2]
+    assert [e.seq for e in await pg.ledger.list_events(t, b)] == []
+    session = await pg.ledger.get_session(t, c)
+    assert session is not None and session.metadata == {"team": "x"} and session.last_seq == 2
+
+    again = await pg.ledger.writes.append_groups._batch([args(a, 0)])  # a lone item: no write
+    assert not again[1]["appended"] and again[1]["last_seq"] == 2
+
+
+async def test_a_together_batch_sent_again_answers_with_what_it_wrote(
+    pg: Stores, tenant: TenantKey
+) -> None:
+    t = tenant.tenant_id
+    sessions = [await _session(pg, t) for _ in range(3)]
+    now = datetime.now(UTC)
+    items = [(t, s, None, None, now, _events("{}", "{}"), *(None,) * 7) for s in sessions]
+    first = await pg.ledger.writes.append_groups._batch(items)
+    again = await pg.ledger.writes.append_groups._batch(items)
+    for i in (1, 2, 3):
+        assert again[i]["appended"] and again[i]["first_seq"] == first[i]["first_seq"] == 1
+        assert again[i]["positions"] == first[i]["positions"]
+    for s in sessions:
+        assert [e.seq for e in await pg.ledger.list_events(t, s)] == [1, 2]
+
+
+async def test_a_together_batch_fills_the_webhook_outbox(pg: Stores, tenant: TenantKey) -> None:
+    t = tenant.tenant_id
+    await pg.webhooks.create_webhook(
+        t,
+        NewWebhook(
+            webhook_id="wh_batch",
+            event_types=["STEP_END"],
+            url="https://example.com/hook",
+            session_id=None,
+            metadata_filter=None,
+            description=None,
+            secret="whsec_" + "A" * 44,
+        ),
+    )
+    try:
+        a, b = await _session(pg, t), await _session(pg, t)
+        now = datetime.now(UTC)
+        items = [(t, s, None, None, now, _events("{}", "{}"), *(None,) * 7) for s in (a, b)]
+        await pg.ledger.writes.append_groups._batch(items)
+        d = webhook_deliveries.c
+        async with pg.database.read(t) as conn:
+            rows = await conn.execute(
+                select(d.session_id, d.seq).where(d.tenant_id == t).order_by(d.session_id, d.seq)
+            )
+            assert sorted(tuple(r) for r in rows.all()) == sorted([(a, 1), (a, 2), (b, 1), (b, 2)])
+    finally:
+        await pg.webhooks.delete_webhook(t, "wh_batch")
