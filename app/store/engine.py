@@ -6,10 +6,12 @@ import time
 import uuid
 from typing import Any
 
+import aiosqlite
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import await_
 
 from app.settings import Settings
 from app.store.json_text import loads
@@ -168,7 +170,15 @@ def install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         write = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        driver = conn.connection.driver_connection
+        if isinstance(driver, aiosqlite.Connection):
+            # One trip to aiosqlite's thread; through a cursor (`exec_driver_sql`) it is
+            # three: open, execute, close. A wait cancelled here leaves the BEGIN to run;
+            # the pool's rollback on return queues behind it and ends what it began.
+            await_(driver.execute_fetchall(begin))
+        else:
+            conn.exec_driver_sql(begin)
 
 
 def redacted_url(url: str | URL) -> str:

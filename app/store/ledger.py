@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 from sqlalchemy import Text, bindparam, cast, delete, func, select, tuple_
@@ -57,6 +57,16 @@ _PRUNE_CANDIDATES = 8
 # How many of the newest snapshots a load tries before it folds from the ledger's start.
 _SNAPSHOT_CANDIDATES = 8
 _T = TypeVar("_T")
+
+
+class SnapshotRow(NamedTuple):
+    """A snapshot as read, before its state is decoded and checked (`intact_state`)."""
+
+    seq: int
+    kind: str
+    text: str
+    state_hash: str
+    created_at: datetime
 
 
 def intact_state(text: str, stored_hash: str) -> dict[str, Any] | None:
@@ -386,16 +396,9 @@ class LedgerStore(ABC):
         matches its hash, read one row at a time: a state may be megabytes, and the older
         rows are needed only when a newer one is torn. The state is read as text and
         decoded here (`intact_state`)."""
-        snap = session_snapshots.c
         bound = at_or_below
         for _ in range(_SNAPSHOT_CANDIDATES):
-            stmt = select(
-                snap.seq, snap.kind, cast(snap.state, Text).label("text"), snap.state_hash,
-                snap.created_at,
-            ).where(snap.tenant_id == tenant_id, snap.session_id == session_id)  # fmt: skip
-            if bound is not None:
-                stmt = stmt.where(snap.seq <= bound)
-            row = (await conn.execute(stmt.order_by(snap.seq.desc()).limit(1))).first()
+            row = await self._snapshot_row(conn, tenant_id, session_id, bound)
             if row is None:
                 return None
             state = intact_state(row.text, row.state_hash)
@@ -409,6 +412,20 @@ class LedgerStore(ABC):
                 )
             bound = row.seq - 1
         return None
+
+    async def _snapshot_row(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str, bound: int | None
+    ) -> SnapshotRow | None:
+        """The newest snapshot row at or below `bound` (None: any), its state as JSON text."""
+        snap = session_snapshots.c
+        stmt = select(
+            snap.seq, snap.kind, cast(snap.state, Text).label("text"), snap.state_hash,
+            snap.created_at,
+        ).where(snap.tenant_id == tenant_id, snap.session_id == session_id)  # fmt: skip
+        if bound is not None:
+            stmt = stmt.where(snap.seq <= bound)
+        row = (await conn.execute(stmt.order_by(snap.seq.desc()).limit(1))).first()
+        return SnapshotRow(*row) if row is not None else None
 
     async def list_snapshots(self, tenant_id: str, session_id: str) -> list[SnapshotRecord]:
         """Every snapshot of a session, oldest first (state included)."""

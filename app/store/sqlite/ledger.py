@@ -10,7 +10,7 @@ needs no transaction ids.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -43,7 +43,7 @@ from app.runtime.session.metadata import check_metadata_size, merge_patch
 from app.store import json_text
 from app.store.base import event_from_row, events_from_rows, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore, committed_result
-from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore
+from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore, SnapshotRow
 from app.store.payloads import Payloads
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.jobs import CREATED_AT, PAYLOAD, Jobs
@@ -53,6 +53,24 @@ from app.store.tables import session_events, session_snapshots, sessions
 
 _T = TypeVar("_T")
 _SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
+_GET_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND session_id = ?"
+_SNAPSHOT_ROW = (
+    "SELECT seq, kind, CAST(state AS TEXT), state_hash, created_at FROM session_snapshots"
+    " WHERE tenant_id = ? AND session_id = ?"
+)
+_NEWEST_SNAPSHOT = f"{_SNAPSHOT_ROW} ORDER BY seq DESC LIMIT 1"
+_NEWEST_SNAPSHOT_UPTO = f"{_SNAPSHOT_ROW} AND seq <= ? ORDER BY seq DESC LIMIT 1"
+
+
+async def _fetch(conn: AsyncConnection, sql: str, args: Sequence[Any]) -> list[Any]:
+    """`sql`'s rows, read by the bare driver inside `conn`'s transaction, as on PostgreSQL:
+    one trip to aiosqlite's thread, where a SQLAlchemy cursor takes four (open, execute,
+    fetch, close) besides its per-row processing (its JSON and DATETIME types), which was
+    most of a long read. The callers decode the columns they read."""
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None  # the checked-out connection's aiosqlite one
+    return list(await driver.execute_fetchall(sql, args))
+
 
 # A random (version 4, variant 1) UUID in its text form, from SQLite's own functions.
 _UUID4_SQL = (
@@ -280,6 +298,24 @@ class SqliteLedger(LedgerStore):
             )
         )
 
+    async def _session(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str
+    ) -> SessionRecord | None:
+        rows = await _fetch(conn, _GET_SESSION, (tenant_id, session_id))
+        return session_from_tuple(rows[0]) if rows else None
+
+    async def _snapshot_row(
+        self, conn: AsyncConnection, tenant_id: str, session_id: str, bound: int | None
+    ) -> SnapshotRow | None:
+        if bound is None:
+            rows = await _fetch(conn, _NEWEST_SNAPSHOT, (tenant_id, session_id))
+        else:
+            rows = await _fetch(conn, _NEWEST_SNAPSHOT_UPTO, (tenant_id, session_id, bound))
+        if not rows:
+            return None
+        seq, kind, text, digest, created = rows[0]
+        return SnapshotRow(seq, kind, text, digest, datetime.fromisoformat(created))
+
     async def _events(
         self,
         conn: AsyncConnection,
@@ -292,8 +328,6 @@ class SqliteLedger(LedgerStore):
         run_id: str | None = None,
         limit: int | None = None,
     ) -> list[Event]:
-        """The bare driver inside the same read transaction, as on PostgreSQL: SQLAlchemy's
-        per-row processing (its JSON and DATETIME types) was most of a long read."""
         args: list[Any] = [tenant_id, session_id, after_seq]
         where = ["tenant_id = ?", "session_id = ?", "seq > ?"]
         if until_seq is not None:
@@ -312,10 +346,7 @@ class SqliteLedger(LedgerStore):
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
-        driver = (await conn.get_raw_connection()).driver_connection
-        assert driver is not None  # the checked-out connection's aiosqlite one
-        async with driver.execute(sql, args) as cursor:
-            rows = await cursor.fetchall()
+        rows = await _fetch(conn, sql, args)
         loads, parse = json_text.loads, datetime.fromisoformat
         for i, row in enumerate(rows):
             values = list(row)
