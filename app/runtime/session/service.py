@@ -59,6 +59,7 @@ from app.runtime.session.events import Event, EventType, NewEvent
 from app.runtime.session.metadata import check_metadata_size
 from app.runtime.session.projector import apply_event, fold
 from app.runtime.session.pruning import BUSY, cut_point, history_pruned, pruned_at
+from app.runtime.session.quota import SessionQuota
 from app.runtime.session.shared_state import check_state_size, patch_events, set_events
 from app.runtime.session.state import SessionState, validate_recovery_object
 from app.runtime.session.store_writer import StoreWriter
@@ -103,6 +104,7 @@ class SessionRuntime:
         self.maintenance = maintenance
         self._writer = StoreWriter(ledger, runs)
         self.limits = limits or Limits()
+        self._quota = SessionQuota(ledger.count_sessions, self.limits.max_sessions_per_tenant)
         self.live: LiveFrames = live or NoLiveFrames()
         # Runs report their stop reason, latency and model calls here (metrics).
         self.observer: Observer = observer or NullObserver()
@@ -389,7 +391,7 @@ class SessionRuntime:
         from its root; its timeline is its own ledger, starting empty.
         """
         check_metadata_size(metadata, limit=self.limits.max_metadata_bytes)
-        if await self.ledger.count_sessions(tenant_id) >= self.limits.max_sessions_per_tenant:
+        if not await self._quota.admits(tenant_id):
             raise TooManyRequests(
                 f"a tenant may hold at most {self.limits.max_sessions_per_tenant} sessions",
                 retry_after=60,
@@ -416,6 +418,7 @@ class SessionRuntime:
         result = await self.ledger.create_session(
             tenant_id, session=new, events=events, idempotency=idempotency
         )
+        self._quota.created(tenant_id)
         return self._after_write(result, fold(None, result.events))
 
     async def create_imported(
