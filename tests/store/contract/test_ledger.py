@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from sqlalchemy import select, update
@@ -115,6 +116,8 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
     assert [e.seq for e in child] == [1, 2, 3, 4]
     assert [e.payload for e in child[:3]] == [e.payload for e in parent[:3]]
     assert not {e.event_id for e in child} & {e.event_id for e in parent}
+    for e in child:  # new ids, made by the database: random UUIDs in their canonical text
+        assert uuid.UUID(e.event_id).version == 4 and str(uuid.UUID(e.event_id)) == e.event_id
     assert len(parent) == 5
     [snap] = await store.ledger.list_snapshots(tenant.tenant_id, "child")
     source_snap = await store.ledger.get_snapshot(tenant.tenant_id, "src", at_or_below=3)
