@@ -1,15 +1,18 @@
 """Group commit for appends on PostgreSQL: concurrent appends share one call and one commit.
 
 With many writers, each append's own commit (and its WAL flush, and its round trip) is what
-the database spends its time on. An append that finds fewer than `max_inflight` calls in
-flight and nobody queued goes alone, at once, exactly as before (`asr_append_events`): a
-lone writer never waits (two calls in flight, not more: with 16 writers, more singles
-in flight meant more commits and fewer shared ones, and less throughput on the 2-core
-benchmark machine). Otherwise it queues, and the next call to finish takes everything
-queued (up to `max_batch`) into one `asr_append_batch` (`sql/append_batch.sql`): every item
-is the same conditional append, and each caller gets its own row back — so results, refusals
-and errors are per append, as if alone. Each caller returns only once its append is
-committed.
+the database spends its time on. Appends go out when `_may_send` says so: when no call is in
+flight, or when a second call is free and at least as many appends wait as the call in
+flight carries. Otherwise they queue, and the call in flight takes them when it finishes.
+So a lone writer never waits, and two writers still go side by side, alone
+(`asr_append_events`); under many writers the two calls in flight are of like size, and the
+database works on one while this process readies the next, where a second call of one or two
+appends used to pay a whole call for them. What is queued goes out as one `asr_append_batch`
+(`sql/append_batch.sql`, up to `max_batch` appends). Two calls in flight, not more: with 16
+writers, more calls meant more commits and fewer shared ones, and less throughput on the
+2-core benchmark machine. Every item is the same conditional append, and each caller gets
+its own row back — so results, refusals and errors are per append, as if alone. Each caller
+returns only once its append is committed.
 
 If a batch call fails for any reason but an item's own refusal (which the function reports
 per item), its items are retried one by one with `asr_append_events`, so one item's failure
@@ -64,28 +67,42 @@ class AppendGroups:
         self.max_inflight = max_inflight
         self.max_batch = max_batch
         self._inflight = 0
+        self._items = 0  # appends in the calls in flight
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def append(self, args: tuple[Any, ...]) -> Any:
         """`asr_append_events(*args)`'s row (None: no such session), committed."""
-        if self._inflight < self.max_inflight and not self._queue:
+        if not self._queue and self._may_send(1):
             self._inflight += 1
+            self._items += 1
             try:
                 return await self._single(args)
             finally:
                 self._inflight -= 1
+                self._items -= 1
                 self._kick()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((args, future))
         self._kick()
         return await future
 
+    def _may_send(self, waiting: int) -> bool:
+        """Whether `waiting` appends may go out now: a call is free, and nothing is in flight
+        or they are at least as many as the appends in flight. A second call of fewer would
+        pay a whole call for a few appends, while the one in flight will soon be done and
+        take them all; two calls of like size keep the database busy with one while this
+        process readies the next."""
+        return self._inflight < self.max_inflight and (
+            self._inflight == 0 or waiting >= self._items
+        )
+
     def _kick(self) -> None:
-        while self._queue and self._inflight < self.max_inflight:
+        while self._queue and self._may_send(len(self._queue)):
             batch = self._queue[: self.max_batch]
             del self._queue[: self.max_batch]
             self._inflight += 1
+            self._items += len(batch)
             task = asyncio.get_running_loop().create_task(self._flush(batch))
             self._tasks.add(task)  # held until done: the loop keeps only weak references
             task.add_done_callback(self._tasks.discard)
@@ -106,6 +123,7 @@ class AppendGroups:
                     future.set_result(rows.get(i))
         finally:
             self._inflight -= 1
+            self._items -= len(batch)
             self._kick()
 
     async def _settle_alone(self, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:

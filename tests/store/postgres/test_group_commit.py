@@ -7,16 +7,18 @@ import asyncio
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.runtime.errors import SeqConflict, SessionNotFound
 from app.runtime.ports import NewSession
 from app.runtime.session.events import EventType, NewEvent
 from app.runtime.webhooks.records import NewWebhook
+from app.store.postgres.group_commit import AppendGroups
 from app.store.stores import Stores
 from app.store.tables import session_events, webhook_deliveries
 from tests.conftest import TenantKey
@@ -322,3 +324,15 @@ async def test_a_together_batch_fills_the_webhook_outbox(pg: Stores, tenant: Ten
             assert sorted(tuple(r) for r in rows.all()) == sorted([(a, 1), (a, 2), (b, 1), (b, 2)])
     finally:
         await pg.webhooks.delete_webhook(t, "wh_batch")
+
+
+def test_a_second_call_goes_out_only_for_as_many_appends_as_are_in_flight() -> None:
+    groups = AppendGroups(cast(AsyncEngine, None), in_transaction=False, max_inflight=2)
+    assert groups._may_send(1)  # nothing in flight: a lone writer goes at once
+    groups._inflight, groups._items = 1, 1
+    assert groups._may_send(1)  # two writers go side by side
+    groups._inflight, groups._items = 1, 8
+    assert not groups._may_send(3)  # a few wait for the batch of eight in flight
+    assert groups._may_send(8)  # as many go out beside it
+    groups._inflight, groups._items = 2, 2
+    assert not groups._may_send(40)  # never more than two calls
