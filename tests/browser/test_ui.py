@@ -87,7 +87,9 @@ async def test_live_timeline_deltas_final_output_and_fork(
     await expect(page.locator("#session-list [data-session-id]")).to_have_count(1)
 
     await page.evaluate(OBSERVE)
-    await send(page, "[words:30]", "stream")
+    # Paced, so the text grows over several writer ticks: unpaced, the words after the first
+    # come in one frame right before FINAL_OUTPUT, and a busy browser may show both at once.
+    await send(page, "[words:30][pace:20]", "stream")
     await expect(page.locator(".event.live .live-text")).to_have_text(WORDS_30)
     await expect(row(page, "FINAL_OUTPUT").locator(".summary")).to_have_text(WORDS_30)
     await expect(row(page, "RUN_FINISHED").locator(".summary")).to_have_text("finished · COMPLETED")
