@@ -19,7 +19,6 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-import orjson
 from sqlalchemy import Text, bindparam, cast, delete, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,11 +36,11 @@ from app.runtime.ports import (
     TenantPage,
 )
 from app.runtime.session.events import Event, NewEvent
-from app.runtime.session.state import quick_state_intact, state_hash, state_intact
+from app.runtime.session.state import state_hash, state_intact
 from app.store.base import EVENT_FIELDS, Database, as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
-from app.store.json_text import loads
 from app.store.payloads import Payloads
+from app.store.snapshot_text import intact_state
 from app.store.tables import runs, session_events, session_snapshots, sessions
 
 _GET_SESSION = select(sessions).where(
@@ -64,30 +63,9 @@ class SnapshotRow(NamedTuple):
 
     seq: int
     kind: str
-    text: str
+    text: str | bytes
     state_hash: str
     created_at: datetime
-
-
-def intact_state(text: str, stored_hash: str) -> dict[str, Any] | None:
-    """A snapshot's state decoded from its JSON text, or None when it does not match its
-    hash (torn or tampered).
-
-    orjson alone first, with the hash checked on orjson's own text: an integer it would
-    round (beyond 64 bits) then fails the check, so a state that passes is exact. Only
-    otherwise is the text decoded exactly (`json_text.loads`) and checked again.
-    """
-    try:
-        quick = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        quick = None
-    if isinstance(quick, dict) and quick_state_intact(quick, stored_hash):
-        return quick
-    try:
-        exact = loads(text)
-    except ValueError:  # not JSON at all: torn as well
-        return None
-    return exact if isinstance(exact, dict) and state_intact(exact, stored_hash) else None
 
 
 async def read_session(
@@ -370,13 +348,16 @@ class LedgerStore(ABC):
                     session_id=session_id,
                     seq=seq,
                     kind=kind,
-                    state=state,
-                    state_hash=state_hash(state),
+                    **self._snapshot_columns(state),
                     created_at=utcnow(),
                 )
                 .on_conflict_do_nothing()
             )
         return result.rowcount > 0
+
+    def _snapshot_columns(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A redacted state's `state` and `state_hash` columns as a backend stores them."""
+        return {"state": state, "state_hash": state_hash(state)}
 
     async def get_snapshot(
         self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
@@ -401,7 +382,7 @@ class LedgerStore(ABC):
             row = await self._snapshot_row(conn, tenant_id, session_id, bound)
             if row is None:
                 return None
-            state = intact_state(row.text, row.state_hash)
+            state = self._decoded_state(row)
             if state is not None:
                 return SnapshotRecord(
                     session_id=session_id,
@@ -412,6 +393,11 @@ class LedgerStore(ABC):
                 )
             bound = row.seq - 1
         return None
+
+    def _decoded_state(self, row: SnapshotRow) -> dict[str, Any] | None:
+        """`row`'s state when it matches its hash (PostgreSQL reads its JSONB as text)."""
+        text = row.text if isinstance(row.text, str) else row.text.decode()
+        return intact_state(text, row.state_hash)
 
     async def _snapshot_row(
         self, conn: AsyncConnection, tenant_id: str, session_id: str, bound: int | None

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import BigInteger, literal, literal_column, select, update
+from sqlalchemy import BigInteger, Text, literal, literal_column, select, type_coerce, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import (
@@ -45,6 +45,7 @@ from app.store.base import event_from_row, events_from_rows, session_from_row, u
 from app.store.idempotency import IdempotencyStore, committed_result
 from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore, SnapshotRow
 from app.store.payloads import Payloads
+from app.store.snapshot_text import intact_canonical_state, sqlite_snapshot_text
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.jobs import CREATED_AT, PAYLOAD, Jobs
 from app.store.sqlite.runs import SqliteRuns
@@ -55,7 +56,7 @@ _T = TypeVar("_T")
 _SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
 _GET_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND session_id = ?"
 _SNAPSHOT_ROW = (
-    "SELECT seq, kind, CAST(state AS TEXT), state_hash, created_at FROM session_snapshots"
+    "SELECT seq, kind, CAST(state AS BLOB), state_hash, created_at FROM session_snapshots"
     " WHERE tenant_id = ? AND session_id = ?"
 )
 _NEWEST_SNAPSHOT = f"{_SNAPSHOT_ROW} ORDER BY seq DESC LIMIT 1"
@@ -287,15 +288,13 @@ class SqliteLedger(LedgerStore):
     ) -> None:
         if state.get("seq") != session.last_seq:
             raise ValueError("a snapshot must be the fold at the session's last seq")
-        clean, digest = self.payloads.persistable_snapshot(state)
         await conn.execute(
             session_snapshots.insert().values(
                 tenant_id=session.tenant_id,
                 session_id=session.session_id,
                 seq=session.last_seq,
                 kind=kind,
-                state=clean,
-                state_hash=digest,
+                **self._snapshot_columns(self.payloads.redact(state)),
                 created_at=now,
             )
         )
@@ -317,6 +316,17 @@ class SqliteLedger(LedgerStore):
             return None
         seq, kind, text, digest, created = rows[0]
         return SnapshotRow(seq, kind, text, digest, datetime.fromisoformat(created))
+
+    def _snapshot_columns(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The state as its canonical text where that reads back exactly
+        (`sqlite_snapshot_text`), so a load checks the hash on the bytes it reads."""
+        text, digest = sqlite_snapshot_text(state)
+        return {"state": type_coerce(text, Text), "state_hash": digest}
+
+    def _decoded_state(self, row: SnapshotRow) -> dict[str, Any] | None:
+        """Read as bytes (`CAST(state AS BLOB)`): the text SQLite stores is canonical."""
+        raw = row.text if isinstance(row.text, bytes) else row.text.encode()
+        return intact_canonical_state(raw, row.state_hash)
 
     async def _events(
         self,
