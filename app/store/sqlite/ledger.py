@@ -73,14 +73,23 @@ async def _fetch(conn: AsyncConnection, sql: str, args: Sequence[Any]) -> list[A
     return list(await driver.execute_fetchall(sql, args))
 
 
-# A random (version 4, variant 1) UUID in its text form, from SQLite's own functions: its 122
-# random bits from five random() calls (the generator randomblob() uses too), masked to the
-# width of each group, the version and variant bits set, and one printf. Six randomblob()s,
-# their hex() and substr()s cost over twice as much per copied row.
-_UUID4_SQL = (
-    "printf('%08x-%04x-4%03x-%04x-%012x', random() & 4294967295, random() & 65535,"
-    " random() & 4095, (random() & 16383) | 32768, random() & 281474976710655)"
+# A copied event's id: a version-7 UUID (RFC 9562) in its text form, made by one printf per
+# row. Its first 48 bits are the fork's time in milliseconds, the next 26 (in rand_a and
+# rand_b's leading bits, the RFC's "dedicated counter") the event's seq, the last 48 random
+# (from random(), the generator randomblob() uses). A fork's ids are thus adjacent in the
+# (tenant_id, event_id) index and land on a few hundred of its pages; random (version 4)
+# ids touched a page per copied row, and writing those pages was most of a large fork's
+# time once the table held a million events.
+_UUID7_SQL = (
+    "printf('%08x-%04x-7%03x-%04x-%012x', {ms_high}, {ms_low}, (seq >> 14) & 4095,"
+    " 32768 | (seq & 16383), random() & 281474976710655)"
 )
+
+
+def _uuid7_sql(now: datetime) -> str:
+    """`_UUID7_SQL` for a fork at `now` (integers only are put into the text)."""
+    ms = int(now.timestamp() * 1000)
+    return _UUID7_SQL.format(ms_high=ms >> 16, ms_low=ms & 65535)
 
 
 @functools.cache
@@ -434,7 +443,7 @@ class SqliteLedger(LedgerStore):
             )
             if record is None:
                 raise SessionAlreadyExists(session.session_id)
-            await self._copy_events(conn, tenant_id, source_session_id, record, at_seq)
+            await self._copy_events(conn, tenant_id, source_session_id, record, at_seq, now)
             written = await self.jobs.insert_events(conn, record, events, first_seq=at_seq + 1)
             await self._copy_snapshot(conn, tenant_id, source_session_id, record, at_seq, now)
             # Only the child's own events count as appended; the copied prefix is not new.
@@ -481,9 +490,10 @@ class SqliteLedger(LedgerStore):
         source_id: str,
         child: SessionRecord,
         at_seq: int,
+        now: datetime,
     ) -> None:
         """Events 1..at_seq of the source into the child, server-side (INSERT ... SELECT),
-        with new ids and positions base+1 .. base+at_seq in seq order."""
+        with new ids (`_UUID7_SQL`) and positions base+1 .. base+at_seq in seq order."""
         if at_seq == 0:
             return
         self.db.touch(conn, tenant_id, child.session_id, child.last_seq)
@@ -492,9 +502,9 @@ class SqliteLedger(LedgerStore):
         # Every column is copied as it is (a new one too), but these.
         new_values: dict[str, Any] = {
             "session_id": literal(child.session_id),
-            # A version-4 UUID made in SQL: a Python function (asr_uuid4) called back once
-            # per copied row was a fifth of a large fork.
-            "event_id": literal_column(_UUID4_SQL),
+            # Made in SQL: a Python function (asr_uuid4) called back once per copied row was
+            # a fifth of a large fork.
+            "event_id": literal_column(_uuid7_sql(now)),
             "xact_id": literal(None, BigInteger),
             "position": literal(base, BigInteger) + src.seq,
         }
