@@ -116,17 +116,15 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone(
     assert [e.seq for e in child] == [1, 2, 3, 4]
     assert [e.payload for e in child[:3]] == [e.payload for e in parent[:3]]
     assert not {e.event_id for e in child} & {e.event_id for e in parent}
-    # New ids, made by the database, in canonical text: random (version 4) on PostgreSQL;
-    # on SQLite time-ordered (version 7), ascending with seq within the fork.
-    version = 7 if store.dialect == "sqlite" else 4
-    for e in child[:3]:
-        assert uuid.UUID(e.event_id).version == version and str(uuid.UUID(e.event_id)) == e.event_id
-        assert uuid.UUID(e.event_id).variant == uuid.RFC_4122
-    if version == 7:
-        copied = [e.event_id for e in child[:3]]
-        assert copied == sorted(copied)
-        ms = int(copied[0][:8] + copied[0][9:13], 16)
-        assert abs(ms / 1000 - result.session.created_at.timestamp()) < 1
+    # New ids, made by the database, in canonical text: time-ordered (version 7), the fork's
+    # milliseconds first, ascending with seq within the fork.
+    copied = [e.event_id for e in child[:3]]
+    for event_id in copied:
+        assert uuid.UUID(event_id).version == 7 and str(uuid.UUID(event_id)) == event_id
+        assert uuid.UUID(event_id).variant == uuid.RFC_4122
+    assert copied == sorted(copied)
+    ms = int(copied[0][:8] + copied[0][9:13], 16)
+    assert abs(ms / 1000 - result.session.created_at.timestamp()) < 1
     assert len(parent) == 5
     [snap] = await store.ledger.list_snapshots(tenant.tenant_id, "child")
     source_snap = await store.ledger.get_snapshot(tenant.tenant_id, "src", at_or_below=3)
