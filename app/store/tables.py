@@ -222,6 +222,8 @@ runs = Table(
     Index(None, "tenant_id", "session_id", "created_at"),
     # The sweeper looks for expired leases of live runs on every replica.
     Index(None, "status", "lease_expires_at"),
+    # A run's start counts the tenant's live runs (the cap): a range per live status.
+    Index(None, "tenant_id", "status"),
 )
 
 webhook_subscriptions = Table(
