@@ -77,13 +77,6 @@ def test_a_text_in_the_earlier_form_still_loads() -> None:
     assert intact_canonical_state(json.dumps(state).encode(), state_hash(state)) == state
 
 
-@pytest.fixture
-def sqlite_store(store: Stores) -> Stores:
-    if store.dialect != "sqlite":
-        pytest.skip("PostgreSQL stores JSONB, whose text is never the canonical one")
-    return store
-
-
 async def test_sqlite_stores_the_canonical_text_and_reads_the_earlier_form(
     sqlite_store: Stores, tenant: TenantKey
 ) -> None:

@@ -26,13 +26,6 @@ def step(i: int) -> NewEvent:
     return NewEvent(EventType.STEP_END, {"i": i}, "run_1", f"t{i}")
 
 
-@pytest.fixture
-def sqlite_store(store: Stores) -> Stores:
-    if store.dialect != "sqlite":
-        pytest.skip("the writer is SQLite's")
-    return store
-
-
 async def test_concurrent_writes_share_a_transaction_and_fail_alone(
     sqlite_store: Stores, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,8 +6,8 @@
 -- payloads and times). Those ids are time-ordered UUIDs (version 7, RFC 9562): p_now's
 -- milliseconds, then the seq as the RFC's dedicated counter (26 bits, in rand_a and the
 -- top of rand_b), then 48 random bits. A fork's ids thus sit together in the (tenant_id,
--- event_id) index; random ids landed all over it, a page per copied row. A new event column is a line in each of the two INSERTs and a
--- migration that installs this file.
+-- event_id) index; random ids landed all over it, a page per copied row. A new event column
+-- is a line in each of the two INSERTs and a migration that installs this file.
 -- The webhook outbox is filled here too, for the events of `p_events` (never the copy), when
 -- the tenant has an active subscription: one index probe otherwise.
 -- Returns the positions of the events of `p_events` (not of the copy) in seq order.
@@ -22,9 +22,10 @@ AS $fn$
 DECLARE
     n integer := coalesce(jsonb_array_length(p_events), 0);
     v_positions bigint[];
-    v_ms bigint := floor(extract(epoch FROM p_now) * 1000)::bigint;
+    v_ms bigint;
 BEGIN
     IF p_copy_from IS NOT NULL AND p_copy_upto > 0 THEN
+        v_ms := floor(extract(epoch FROM p_now) * 1000)::bigint;  -- the copy's ids (above)
         INSERT INTO session_events AS e (
             tenant_id, session_id, seq, event_id, xact_id, type, run_id, turn_id, payload,
             created_at
