@@ -194,6 +194,11 @@ class RunStore(ABC):
         if max_live_runs is None:
             return
         live = (await conn.execute(_COUNT_LIVE, {"c_tenant": tenant_id})).scalar_one()
+        self.refuse_over(live, max_live_runs)
+
+    @staticmethod
+    def refuse_over(live: int, max_live_runs: int) -> None:
+        """Raise TooManyRequests when `live` runs already fill the cap."""
         if live >= max_live_runs:
             raise too_many_runs(max_live_runs)
 

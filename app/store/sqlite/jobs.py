@@ -22,6 +22,7 @@ from app.store.ledger import EVENT_COLUMN_LIST
 from app.store.payloads import Payloads, new_event_ids
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.writer import Done, Job, JobOf, driver, sqlite_time
+from app.store.tables import sessions
 from app.tracing import span
 
 _T = TypeVar("_T")
@@ -41,10 +42,33 @@ _INSERT_EVENT_ROW = (
 _EVENT_VALUES = attrgetter(*EVENT_FIELDS)
 PAYLOAD = EVENT_FIELDS.index("payload")
 CREATED_AT = EVENT_FIELDS.index("created_at")
+SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
 _RESERVE_POSITIONS = (
     "INSERT INTO counters (name, value) VALUES (?1, ?2)"
     " ON CONFLICT (name) DO UPDATE SET value = value + ?2 RETURNING value"
 )
+
+
+@functools.cache
+def reserve_sql(*, by_seq: bool = False, by_version: bool = False, freeing: bool = False) -> str:
+    """The UPDATE of the session row that reserves a write's seqs, returning the row (every
+    column, for `session_from_tuple`). Named parameters: n, now, tenant, session; seq and
+    version when the write is conditional on them (`by_seq`, `by_version`); run when
+    `freeing`: the session is then also freed, in the same UPDATE, if (and only if) that
+    run still holds it (a run's last write)."""
+    sets = "last_seq = last_seq + :n, version = version + 1, updated_at = :now"
+    if freeing:
+        # Every expression of an UPDATE reads the row as it was: both test the old holder.
+        sets += (
+            ", active_run_id = CASE WHEN active_run_id = :run THEN NULL ELSE active_run_id END"
+            ", status = CASE WHEN active_run_id = :run THEN 'idle' ELSE status END"
+        )
+    where = "tenant_id = :tenant AND session_id = :session"
+    if by_seq:
+        where += " AND last_seq = :seq"
+    if by_version:
+        where += " AND version = :version"
+    return f"UPDATE sessions SET {sets} WHERE {where} RETURNING {SESSION_COLUMNS}"
 
 
 class Jobs:

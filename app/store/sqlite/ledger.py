@@ -9,7 +9,6 @@ needs no transaction ids.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -47,14 +46,13 @@ from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore, SnapshotRow
 from app.store.payloads import Payloads
 from app.store.snapshot_text import intact_canonical_state, sqlite_snapshot_text
 from app.store.sqlite.database import SqliteDatabase
-from app.store.sqlite.jobs import CREATED_AT, PAYLOAD, Jobs
+from app.store.sqlite.jobs import CREATED_AT, PAYLOAD, SESSION_COLUMNS, Jobs, reserve_sql
 from app.store.sqlite.runs import SqliteRuns
 from app.store.sqlite.writer import driver, session_from_tuple, sqlite_time
 from app.store.tables import session_events, session_snapshots, sessions
 
 _T = TypeVar("_T")
-_SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
-_GET_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND session_id = ?"
+_GET_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND session_id = ?"
 _SNAPSHOT_ROW = (
     "SELECT seq, kind, CAST(state AS BLOB), state_hash, created_at FROM session_snapshots"
     " WHERE tenant_id = ? AND session_id = ?"
@@ -90,21 +88,6 @@ def _uuid7_sql(now: datetime) -> str:
     """`_UUID7_SQL` for a fork at `now` (integers only are put into the text)."""
     ms = int(now.timestamp() * 1000)
     return _UUID7_SQL.format(ms_high=ms >> 16, ms_low=ms & 65535)
-
-
-@functools.cache
-def _reserve_sql(by_seq: bool, by_version: bool) -> str:
-    """The UPDATE that reserves an append's seqs, conditional on the expected seq and
-    version when given (parameters: n, now, tenant, session[, seq][, version])."""
-    where = "tenant_id = ? AND session_id = ?"
-    if by_seq:
-        where += " AND last_seq = ?"
-    if by_version:
-        where += " AND version = ?"
-    return (
-        "UPDATE sessions SET last_seq = last_seq + ?, version = version + 1, updated_at = ?"
-        f" WHERE {where} RETURNING {_SESSION_COLUMNS}"
-    )
 
 
 class SqliteLedger(LedgerStore):
@@ -253,9 +236,15 @@ class SqliteLedger(LedgerStore):
     ) -> SessionRecord:
         # The UPDATE reserves last_seq-n+1 .. last_seq; the events inserted after it in this
         # transaction use exactly that range.
-        sql = _reserve_sql(expected_seq is not None, expected_version is not None)
-        params = [n, sqlite_time(utcnow()), tenant_id, session_id]
-        params += [v for v in (expected_seq, expected_version) if v is not None]
+        sql = reserve_sql(by_seq=expected_seq is not None, by_version=expected_version is not None)
+        params = {
+            "n": n,
+            "now": sqlite_time(utcnow()),
+            "tenant": tenant_id,
+            "session": session_id,
+            "seq": expected_seq,
+            "version": expected_version,
+        }
         row = driver(conn).execute(sql, params).fetchone()
         if row is not None:
             return session_from_tuple(row)

@@ -1,4 +1,4 @@
-"""A run's writes, on the backend this run uses (SQLAlchemy statements on SQLite, stored
+"""A run's writes, on the backend this run uses (the writer's driver SQL on SQLite, stored
 functions on PostgreSQL): the same contract on both, the same rows and the same refusals."""
 
 from __future__ import annotations
@@ -126,6 +126,46 @@ async def test_a_run_starts_steps_and_finishes(writer: Stores, tenant: TenantKey
     assert [e.event_id for e in events] == [
         e.event_id for e in [*started.events, *step.events, *end.events]
     ]
+
+
+async def test_each_write_returns_the_run_as_a_read_finds_it(
+    writer: Stores, tenant: TenantKey
+) -> None:
+    """The record a write returns is built from the row it wrote (on SQLite, from driver
+    SQL's text): it must equal what a later read decodes, column for column."""
+    t = tenant.tenant_id
+    run, _ = await _start(writer, t, await _session(writer, t))
+    assert run == await writer.runs.get_run(t, run.run_id)
+    end = await writer.runs.append_run_events(
+        t,
+        run.run_id,
+        session_id=run.session_id,
+        epoch=run.epoch,
+        events=[_event(EventType.RUN_FINISHED, run.run_id, status="failed")],
+        lease_until=_lease(),
+        progress={"turns": 2, "usage": {"input_tokens": 7, "cost": 0.25}},
+        finish=RunFinish("failed", None, None, {"type": "about:blank", "title": "é ✓"}),
+    )
+    assert end.run is not None and end.run == await writer.runs.get_run(t, run.run_id)
+    assert end.run.error == {"type": "about:blank", "title": "é ✓"}
+    assert end.run.usage == {"input_tokens": 7, "cost": 0.25} and end.run.turns == 2
+
+    sid = await _session(writer, t)
+    queued = await writer.runs.enqueue_run(
+        t,
+        sid,
+        run=NewRun(f"run_{uuid.uuid4().hex}", None, {"mode": "wait"}, "test", _lease()),
+    )
+    assert queued == await writer.runs.get_run(t, queued.run_id) and queued.input is None
+    claimed, _ = await writer.runs.claim_run(
+        t,
+        queued.run_id,
+        owner="replica-2",
+        lease_until=_lease(),
+        events=[_event(EventType.RUN_STARTED, queued.run_id, input=None)],
+    )
+    assert claimed == await writer.runs.get_run(t, queued.run_id)
+    assert (claimed.status, claimed.lease_owner, claimed.first_seq) == ("running", "replica-2", 1)
 
 
 async def test_refused_starts_write_nothing(writer: Stores, tenant: TenantKey) -> None:
