@@ -163,6 +163,10 @@ class RawPostgres:
                 row["last_seq"],
             )
             after = snap["seq"] if snap is not None else 0
+            if snap is not None and isinstance(snap["state"], str):
+                # A text column (migration 0022) is not decoded by the jsonb codec: decoded
+                # here, as the SQLite baseline does, so the baseline reads a state too.
+                snap = {**snap, "state": json.loads(snap["state"])}
             tail = await conn.fetch(
                 "SELECT * FROM session_events WHERE tenant_id = $1 AND session_id = $2"
                 " AND seq > $3 AND seq <= $4 ORDER BY seq",

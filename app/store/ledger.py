@@ -19,7 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import Text, bindparam, cast, delete, func, select, tuple_
+from sqlalchemy import Text, bindparam, cast, delete, func, select, tuple_, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.ports import (
@@ -36,11 +36,11 @@ from app.runtime.ports import (
     TenantPage,
 )
 from app.runtime.session.events import Event, NewEvent
-from app.runtime.session.state import state_hash, state_intact
 from app.store.base import EVENT_FIELDS, Database, as_utc, session_from_row, utcnow
 from app.store.idempotency import IdempotencyStore
+from app.store.json_text import loads
 from app.store.payloads import Payloads
-from app.store.snapshot_text import intact_state
+from app.store.snapshot_text import intact_stored_state, snapshot_text
 from app.store.tables import runs, session_events, session_snapshots, sessions
 
 _GET_SESSION = select(sessions).where(
@@ -59,7 +59,7 @@ _T = TypeVar("_T")
 
 
 class SnapshotRow(NamedTuple):
-    """A snapshot as read, before its state is decoded and checked (`intact_state`)."""
+    """A snapshot as read, before its state is decoded and checked (`intact_stored_state`)."""
 
     seq: int
     kind: str
@@ -356,8 +356,11 @@ class LedgerStore(ABC):
         return result.rowcount > 0
 
     def _snapshot_columns(self, state: dict[str, Any]) -> dict[str, Any]:
-        """A redacted state's `state` and `state_hash` columns as a backend stores them."""
-        return {"state": state, "state_hash": state_hash(state)}
+        """A redacted state's `state` and `state_hash` columns: the text whose bytes the hash
+        is of, where that reads back exactly (`snapshot_text`), so a load checks the hash on
+        the bytes it reads."""
+        text, digest = snapshot_text(state)
+        return {"state": type_coerce(text, Text), "state_hash": digest}
 
     async def get_snapshot(
         self, tenant_id: str, session_id: str, *, at_or_below: int | None = None
@@ -376,7 +379,7 @@ class LedgerStore(ABC):
         """The newest of the (at most `_SNAPSHOT_CANDIDATES`) newest snapshots whose state
         matches its hash, read one row at a time: a state may be megabytes, and the older
         rows are needed only when a newer one is torn. The state is read as text and
-        decoded here (`intact_state`)."""
+        decoded here (`intact_stored_state`)."""
         bound = at_or_below
         for _ in range(_SNAPSHOT_CANDIDATES):
             row = await self._snapshot_row(conn, tenant_id, session_id, bound)
@@ -394,10 +397,10 @@ class LedgerStore(ABC):
             bound = row.seq - 1
         return None
 
-    def _decoded_state(self, row: SnapshotRow) -> dict[str, Any] | None:
-        """`row`'s state when it matches its hash (PostgreSQL reads its JSONB as text)."""
-        text = row.text if isinstance(row.text, str) else row.text.decode()
-        return intact_state(text, row.state_hash)
+    @staticmethod
+    def _decoded_state(row: SnapshotRow) -> dict[str, Any] | None:
+        """`row`'s state when it matches its hash."""
+        return intact_stored_state(row.text, row.state_hash)
 
     async def _snapshot_row(
         self, conn: AsyncConnection, tenant_id: str, session_id: str, bound: int | None
@@ -419,7 +422,9 @@ class LedgerStore(ABC):
         async with self.db.read(tenant_id) as conn:
             rows = (
                 await conn.execute(
-                    select(session_snapshots)
+                    select(
+                        snap.seq, snap.kind, cast(snap.state, Text).label("text"), snap.created_at
+                    )
                     .where(snap.tenant_id == tenant_id, snap.session_id == session_id)
                     .order_by(snap.seq)
                 )
@@ -427,10 +432,10 @@ class LedgerStore(ABC):
         return [
             SnapshotRecord(
                 session_id=session_id,
-                seq=r._mapping["seq"],
-                kind=r._mapping["kind"],
-                state=r._mapping["state"],
-                created_at=as_utc(r._mapping["created_at"]),
+                seq=r.seq,
+                kind=r.kind,
+                state=loads(r.text),
+                created_at=as_utc(r.created_at),
             )
             for r in rows
         ]
@@ -526,14 +531,13 @@ class LedgerStore(ABC):
             run_first = int(found.first_seq) if found and found.first_seq else record.last_seq + 1
         bound = run_first if run_first is not None else record.last_seq + 1
         rows = await conn.execute(
-            select(snap.seq, snap.state, snap.state_hash)
+            select(snap.seq, cast(snap.state, Text).label("text"), snap.state_hash)
             .where(snap.tenant_id == tenant_id, snap.session_id == session_id, snap.seq < bound)
             .order_by(snap.seq.desc())
             .limit(_PRUNE_CANDIDATES)
         )
-        candidates = [
-            (int(r.seq), r.state) for r in rows.all() if state_intact(r.state, r.state_hash)
-        ]
+        intact = ((int(r.seq), intact_stored_state(r.text, r.state_hash)) for r in rows.all())
+        candidates = [(seq, state) for seq, state in intact if state is not None]
         return PruneFacts(
             session=record,
             history_start=start,

@@ -15,7 +15,7 @@ import orjson
 from app.runtime.errors import PayloadTooLarge
 from app.runtime.session.events import NewEvent
 from app.runtime.session.redaction import Redactor
-from app.runtime.session.state import state_hash
+from app.store.snapshot_text import snapshot_text
 
 # orjson refuses (TypeError) what it would write differently from `json` (a datetime, a
 # dataclass, a subclass of a JSON type, an integer beyond 64 bits, a key that is not a
@@ -104,10 +104,10 @@ class Payloads:
                 )
         return clean, text
 
-    def persistable_snapshot(self, state: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """A snapshot's state as stored (redacted) and its content hash (checked on load)."""
-        clean = self.redactor.value(state)
-        return clean, state_hash(clean)
+    def persistable_snapshot(self, state: dict[str, Any]) -> tuple[str, str]:
+        """A snapshot's state as stored (redacted, as `snapshot_text`'s text) and its content
+        hash (checked on load)."""
+        return snapshot_text(self.redactor.value(state))
 
     @staticmethod
     def check_append(

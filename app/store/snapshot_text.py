@@ -2,13 +2,13 @@
 when it matches the hash written beside it (a torn or tampered row never resumes).
 
 A snapshot's hash (`state_hash`) is the SHA-256 of the state's canonical text: sorted keys,
-compact, UTF-8. PostgreSQL stores the state as JSONB, whose text is never that, so a load
-decodes the state and builds the canonical text again to check it (`intact_state`).
-
-SQLite stores text, so it can store the canonical text itself (`sqlite_snapshot_text`).
-Then a load hashes the bytes it read and decodes them once (`intact_canonical_state`),
-instead of decoding, encoding again and hashing; and on a large state the decode runs on a
-second thread while this one hashes (hashlib lets go of the GIL on large inputs).
+compact, UTF-8. Both backends store text (TEXT on PostgreSQL, since migration 0022), so
+they store the canonical text itself (`snapshot_text`). Then a load hashes the bytes it read
+and decodes them once (`intact_canonical_state`), instead of decoding, encoding again and
+hashing; and on a large state the decode runs on a second thread while this one hashes
+(hashlib lets go of the GIL on large inputs). Text that is not canonical (PostgreSQL's
+rows from its JSONB days, a state orjson would not read back exactly) is decoded and
+checked the long way (`intact_state`).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def intact_state(text: str, stored_hash: str) -> dict[str, Any] | None:
     return exact if isinstance(exact, dict) and state_intact(exact, stored_hash) else None
 
 
-def sqlite_snapshot_text(state: dict[str, Any]) -> tuple[str, str]:
-    """The text SQLite stores for `state`, and `state`'s hash.
+def snapshot_text(state: dict[str, Any]) -> tuple[str, str]:
+    """The text stored for `state`, and `state`'s hash.
 
     The text is the canonical text that was hashed when orjson reads it back as exactly
     `state`: orjson's own sorted text is the same bytes (no integer beyond 64 bits, which
@@ -71,11 +71,11 @@ def sqlite_snapshot_text(state: dict[str, Any]) -> tuple[str, str]:
 
 
 def intact_canonical_state(raw: bytes, stored_hash: str) -> dict[str, Any] | None:
-    """`intact_state` for text written by `sqlite_snapshot_text`: when the bytes read are
-    the hashed text, they are that canonical text, which orjson reads exactly, so they are
-    decoded once and not encoded again. Any other text (a row written before SQLite stored
-    canonical text, or one whose state orjson would not read back exactly) is checked the
-    long way."""
+    """`intact_state` for text written by `snapshot_text`: when the bytes read are the
+    hashed text, they are that canonical text, which orjson reads exactly, so they are
+    decoded once and not encoded again. Any other text (a row written before the backend
+    stored canonical text, or one whose state orjson would not read back exactly) is
+    checked the long way."""
     if len(raw) >= _OVERLAP_BYTES:
         # The decode goes to the other thread and this one hashes: hashlib lets go of the
         # GIL while it hashes, so the decode runs meanwhile. (The other way round, the
@@ -88,6 +88,12 @@ def intact_canonical_state(raw: bytes, stored_hash: str) -> dict[str, Any] | Non
     if digest == stored_hash and isinstance(state, dict):
         return state
     return intact_state(raw.decode(errors="replace"), stored_hash)  # torn UTF-8 fails
+
+
+def intact_stored_state(text: str | bytes, stored_hash: str) -> dict[str, Any] | None:
+    """A snapshot's state from its column as read (bytes, or a str the driver decoded), or
+    None when it does not match its hash."""
+    return intact_canonical_state(text if isinstance(text, bytes) else text.encode(), stored_hash)
 
 
 def _sha256(raw: bytes) -> str:

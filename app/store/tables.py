@@ -44,6 +44,7 @@ NAMING_CONVENTION = {
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 Json = JSON().with_variant(JSONB(), "postgresql")
+SnapshotState = JSON().with_variant(Text(), "postgresql")
 Timestamp = DateTime(timezone=True)
 Id = String(128)
 
@@ -124,7 +125,10 @@ session_snapshots = Table(
     Column("session_id", Id, nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("kind", String(16), nullable=False),
-    Column("state", Json, nullable=False),
+    # The state's canonical text (the bytes `state_hash` is of, `snapshot_text.py`): TEXT on
+    # PostgreSQL (migration 0022; JSONB's text is never canonical, and a load paid for
+    # PostgreSQL building it), JSON (text) on SQLite.
+    Column("state", SnapshotState, nullable=False),
     Column("state_hash", String(64), nullable=False),
     Column("created_at", Timestamp, nullable=False),
     PrimaryKeyConstraint("tenant_id", "session_id", "seq"),

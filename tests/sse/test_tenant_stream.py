@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select, text
+from sqlalchemy import Text, func, select, text, type_coerce
 
 from app.runtime.ports import TenantCursor
 from app.store.base import NO_TENANT, utcnow
@@ -59,7 +59,7 @@ class Blocker:
                         session_id=self.key[1],
                         seq=self.seq,
                         kind="save",
-                        state={},
+                        state=type_coerce("{}", Text),
                         state_hash="blocker",
                         created_at=utcnow(),
                     )

@@ -20,7 +20,7 @@ from app.store.postgres.calls import EventArrays, Functions
 from app.store.postgres.database import PostgresDatabase
 from app.store.postgres.group_commit import AppendGroups
 from app.store.postgres.idempotency import PostgresIdempotency
-from app.store.runs import json_text, run_from_mapping
+from app.store.runs import run_from_mapping
 
 SPAN = {"db.system": "postgresql"}
 RUN_COLUMNS = "o_session, o_run, o_xact_id, o_positions"
@@ -49,12 +49,8 @@ class FunctionWrites:
     def snapshot(self, snapshot: tuple[str, dict[str, Any]] | None) -> dict[str, Any]:
         if snapshot is None:
             return {"p_snapshot_kind": None, "p_snapshot_state": None, "p_snapshot_hash": None}
-        state, digest = self.payloads.persistable_snapshot(snapshot[1])
-        return {
-            "p_snapshot_kind": snapshot[0],
-            "p_snapshot_state": json_text(state),
-            "p_snapshot_hash": digest,
-        }
+        text, digest = self.payloads.persistable_snapshot(snapshot[1])
+        return {"p_snapshot_kind": snapshot[0], "p_snapshot_state": text, "p_snapshot_hash": digest}
 
     def committed(self, row: Any, arrays: EventArrays, now: datetime) -> AppendResult:
         """What a function call committed: its session row (`o_session`) and `arrays` as

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import BigInteger, Text, literal, literal_column, select, type_coerce, update
+from sqlalchemy import BigInteger, literal, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.runtime.errors import (
@@ -44,7 +44,6 @@ from app.store.base import event_from_row, events_from_rows, session_from_row, u
 from app.store.idempotency import IdempotencyStore, committed_result
 from app.store.ledger import EVENT_COLUMN_LIST, LedgerStore, SnapshotRow
 from app.store.payloads import Payloads
-from app.store.snapshot_text import intact_canonical_state, sqlite_snapshot_text
 from app.store.sqlite.database import SqliteDatabase
 from app.store.sqlite.jobs import CREATED_AT, PAYLOAD, SESSION_COLUMNS, Jobs, reserve_sql
 from app.store.sqlite.runs import SqliteRuns
@@ -314,17 +313,6 @@ class SqliteLedger(LedgerStore):
             return None
         seq, kind, text, digest, created = rows[0]
         return SnapshotRow(seq, kind, text, digest, datetime.fromisoformat(created))
-
-    def _snapshot_columns(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The state as its canonical text where that reads back exactly
-        (`sqlite_snapshot_text`), so a load checks the hash on the bytes it reads."""
-        text, digest = sqlite_snapshot_text(state)
-        return {"state": type_coerce(text, Text), "state_hash": digest}
-
-    def _decoded_state(self, row: SnapshotRow) -> dict[str, Any] | None:
-        """Read as bytes (`CAST(state AS BLOB)`): the text SQLite stores is canonical."""
-        raw = row.text if isinstance(row.text, bytes) else row.text.encode()
-        return intact_canonical_state(raw, row.state_hash)
 
     async def _events(
         self,

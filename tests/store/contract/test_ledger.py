@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import Text, select, type_coerce, update
 
 from app.runtime.errors import (
     IdempotentReplay,
@@ -165,7 +166,7 @@ async def test_a_snapshot_with_a_bad_hash_is_skipped(store: Stores, tenant: Tena
         await conn.execute(
             update(session_snapshots)
             .where(snaps.tenant_id == tenant.tenant_id, snaps.seq == 2)
-            .values(state={"seq": 2, "memory": {"items": ["tampered"]}})
+            .values(state=type_coerce(json.dumps({"seq": 2, "memory": {"items": ["x"]}}), Text))
         )
     snap = await store.ledger.get_snapshot(tenant.tenant_id, "snap")
     assert snap is not None and snap.seq == 1
