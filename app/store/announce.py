@@ -198,8 +198,13 @@ class Announcer:
         ]
 
     def discard(self, conn: AsyncConnection) -> None:
-        """Forget what a rolled-back transaction touched (conn.info outlives it)."""
-        conn.info.pop(_TOUCHED, None)
+        """Forget what a rolled-back transaction touched (conn.info outlives it).
+
+        Not on an invalidated connection (lost, or cancelled in the middle of its COMMIT at
+        shutdown): its info went with it, and reading `info` would reconnect it, which
+        cannot be done here and raised an error that hid the transaction's own."""
+        if not conn.invalidated:
+            conn.info.pop(_TOUCHED, None)
 
     def after_commit(self, wakeups: list[Wakeup]) -> None:
         if not wakeups:

@@ -38,6 +38,19 @@ def start_sse_server(database_url: str, log_dir: Any, name: str, **env: str) -> 
     return start_server(database_url, log_dir / f"{name}.log", **{**SSE_ENV, **env})
 
 
+def wait_listening(server: Server, within: float = 30) -> None:
+    """Return once the server's LISTEN connection listens on every channel (its bus says so
+    at /debug/streams): `/healthz` answers before that, and a NOTIFY sent in between (a
+    delta, which nothing catches up on) is lost to it."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:  # bounded by `within`
+        gauges = httpx.get(server.base_url + "/debug/streams", timeout=2).json()
+        if gauges["bus"].get("listener", {}).get("connected"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{server.base_url} did not LISTEN within {within} s")
+
+
 def stop_and_check(server: Server) -> None:
     stop_server(server)
     assert "Traceback" not in server.log(), server.log()[-4000:]

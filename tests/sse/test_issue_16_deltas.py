@@ -17,7 +17,14 @@ import httpx
 import pytest
 
 from tests.conftest import Server, TenantKey
-from tests.sse.conftest import Frame, new_session, read_frames, start_sse_server, stop_and_check
+from tests.sse.conftest import (
+    Frame,
+    new_session,
+    read_frames,
+    start_sse_server,
+    stop_and_check,
+    wait_listening,
+)
 
 WORDS_200 = " ".join(f"word{i}" for i in range(1, 201))
 
@@ -30,6 +37,7 @@ def replica_b(
         yield None  # SQLite: one process, the same-replica cases only
         return
     srv = start_sse_server(database_url, tmp_path_factory.mktemp("deltas"), "b")
+    wait_listening(srv)  # deltas are relayed by NOTIFY only: none is caught up on
     yield srv
     stop_and_check(srv)
 
