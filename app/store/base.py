@@ -244,12 +244,15 @@ APPENDED = "asr_appended_event_types"
 
 @asynccontextmanager
 async def _collecting(conn: AsyncConnection, into: list[str]) -> AsyncIterator[None]:
-    # conn.info lives as long as the pooled DBAPI connection: always take the list off again.
+    # conn.info lives as long as the pooled DBAPI connection: always take the list off again,
+    # unless the connection was invalidated (its info went with it; reading it would try to
+    # reconnect, and that error would hide the transaction's own, see `Announcer.discard`).
     conn.info[APPENDED] = into
     try:
         yield
     finally:
-        conn.info.pop(APPENDED, None)
+        if not conn.invalidated:
+            conn.info.pop(APPENDED, None)
 
 
 def note_appended(conn: AsyncConnection, types: list[str]) -> None:
