@@ -29,13 +29,9 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(
-            "ALTER TABLE session_snapshots ALTER COLUMN state TYPE text USING state::text"
-        )
+        op.execute("ALTER TABLE session_snapshots ALTER COLUMN state TYPE text USING state::text")
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(
-            "ALTER TABLE session_snapshots ALTER COLUMN state TYPE jsonb USING state::jsonb"
-        )
+        op.execute("ALTER TABLE session_snapshots ALTER COLUMN state TYPE jsonb USING state::jsonb")
