@@ -43,6 +43,8 @@ _EVENT_VALUES = attrgetter(*EVENT_FIELDS)
 PAYLOAD = EVENT_FIELDS.index("payload")
 CREATED_AT = EVENT_FIELDS.index("created_at")
 SESSION_COLUMNS = ", ".join(c.name for c in sessions.c)
+# What every write that inserts events sets on its session row: `n` more seqs, a new version.
+RESERVE_SET = "last_seq = last_seq + :n, version = version + 1, updated_at = :now"
 _RESERVE_POSITIONS = (
     "INSERT INTO counters (name, value) VALUES (?1, ?2)"
     " ON CONFLICT (name) DO UPDATE SET value = value + ?2 RETURNING value"
@@ -56,7 +58,7 @@ def reserve_sql(*, by_seq: bool = False, by_version: bool = False, freeing: bool
     version when the write is conditional on them (`by_seq`, `by_version`); run when
     `freeing`: the session is then also freed, in the same UPDATE, if (and only if) that
     run still holds it (a run's last write)."""
-    sets = "last_seq = last_seq + :n, version = version + 1, updated_at = :now"
+    sets = RESERVE_SET
     if freeing:
         # Every expression of an UPDATE reads the row as it was: both test the old holder.
         sets += (

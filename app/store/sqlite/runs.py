@@ -34,7 +34,7 @@ from app.store.json_text import loads
 from app.store.payloads import Payloads
 from app.store.runs import LIVE, RunStore, run_from_mapping
 from app.store.sqlite.database import SqliteDatabase
-from app.store.sqlite.jobs import SESSION_COLUMNS, Jobs, reserve_sql
+from app.store.sqlite.jobs import RESERVE_SET, SESSION_COLUMNS, Jobs, reserve_sql
 from app.store.sqlite.writer import driver, session_from_tuple, sqlite_time
 from app.store.tables import runs, sessions
 
@@ -51,15 +51,13 @@ _COUNT_LIVE = f"SELECT count(*) FROM runs WHERE tenant_id = ? AND status IN {tup
 # The session taken for a run (`:run`), if no run holds it (and, given `expected`, it is
 # still the version and incarnation the caller read).
 _CLAIM = (
-    "UPDATE sessions SET active_run_id = :run, status = 'running', last_seq = last_seq + :n,"
-    " version = version + 1, updated_at = :now"
+    f"UPDATE sessions SET {RESERVE_SET}, active_run_id = :run, status = 'running'"
     " WHERE tenant_id = :tenant AND session_id = :session AND active_run_id IS NULL"
 )
 _CLAIM_EXPECTED = f"{_CLAIM} AND version = :version AND created_at = :created"
 # The session freed by a fenced run's closing events, if that run still holds it.
 _CLOSE_FENCED = (
-    "UPDATE sessions SET last_seq = last_seq + :n, version = version + 1, updated_at = :now,"
-    " active_run_id = NULL, status = 'idle'"
+    f"UPDATE sessions SET {RESERVE_SET}, active_run_id = NULL, status = 'idle'"
     " WHERE tenant_id = :tenant AND session_id = :session AND active_run_id = :run"
     f" RETURNING {SESSION_COLUMNS}"
 )
