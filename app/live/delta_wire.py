@@ -23,8 +23,11 @@ receives a session's messages in the order its owner produced them. The messages
 wait while a send is in flight go in the next one, packed into as few NOTIFYs as fit (`pack`:
 a JSON array of payloads, still under `MAX_PAYLOAD_BYTES`): with many runs streaming, one
 NOTIFY per message was a notification for every replica to parse, per run and per writer
-tick. There is no interval between sends (the wake-ups' `min_interval`): the end of a turn
-waits for its text to be sent, and a timer there added to every run's latency. A
+tick. Sends are at least `min_interval` apart, as the wake-ups' are: with a hundred runs
+streaming, sending whatever waited the moment the last send returned made packs of one or
+two messages and a transaction per tick of every run, about a quarter of a replica's CPU.
+The end of a turn does not wait out the interval (`flush` sends at once): its events wait
+for its text, and a timer there would add to every run's latency. A
 replica of a version that reads only single payloads ignores a pack (its subscribers then
 miss that text live; the turn's events carry it).
 """
@@ -32,6 +35,7 @@ miss that text live; the turn's events carry it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -40,7 +44,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.announce import notify_all
+from app.store.announce import NOTIFY_INTERVAL, notify_all
 
 log = logging.getLogger("app.live.deltas")
 
@@ -198,11 +202,16 @@ class DeltaNotifier:
     """Sends delta messages as NOTIFYs on `DELTA_CHANNEL`, in order, one send at a time,
     those that waited for it packed."""
 
-    def __init__(self, engine: AsyncEngine, *, in_transaction: bool) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = NOTIFY_INTERVAL
+    ) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
+        self.min_interval = min_interval
         self._queue: deque[str] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._now = asyncio.Event()  # a flush is waiting: send without waiting out the interval
+        self._last_send = -float("inf")  # loop time of the last send's start
         self.failures = 0
 
     def send(self, messages: list[DeltaMessage]) -> None:
@@ -216,7 +225,15 @@ class DeltaNotifier:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._queue:
+            wait = self._last_send + self.min_interval - loop.time()
+            if wait > 0 and not self._now.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._now.wait()
+            self._now.clear()
+            self._last_send = loop.time()
             payloads = pack(list(self._queue))
             self._queue.clear()
             try:
@@ -228,6 +245,8 @@ class DeltaNotifier:
                 log.warning("sending %d delta messages failed", len(payloads), exc_info=True)
 
     async def flush(self) -> None:
-        """Wait until every message handed to `send` so far has been sent."""
+        """Wait until every message handed to `send` so far has been sent, sending what
+        waits at once."""
         while self._task is not None and not self._task.done():
+            self._now.set()
             await asyncio.shield(self._task)

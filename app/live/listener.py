@@ -157,7 +157,9 @@ def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
             listen_dsn=listen_dsn(settings),
             keepalive_seconds=settings.sse_listen_keepalive_seconds,
             delta_notifier=DeltaNotifier(
-                store.db.engine, in_transaction=behind_pgbouncer(store.db.engine)
+                store.db.engine,
+                in_transaction=behind_pgbouncer(store.db.engine),
+                min_interval=settings.sse_notify_interval_ms / 1000,
             ),
             **options,
         )

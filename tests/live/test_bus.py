@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from app.assembly import runtime_over
 from app.live.bus import InProcessBus
 from app.live.control_wire import decode_control, encode_control
-from app.live.delta_wire import DeltaMessage
+from app.live.delta_wire import DELTA_CHANNEL, DeltaMessage, DeltaNotifier, decode_all
 from app.live.listener import make_bus
 from app.runtime.ports import RunSignal, Wakeup
 from app.runtime.session.events import EventType, NewEvent
@@ -398,3 +398,36 @@ async def test_run_control_reaches_every_replica_bus(store: Stores, settings: Se
     finally:
         for bus in buses:
             await bus.stop()
+
+
+async def test_delta_sends_are_paced_but_the_end_of_a_turn_goes_at_once(store: Stores) -> None:
+    """PostgreSQL: messages queued while the interval runs go together in one NOTIFY, in
+    order; a flush (a turn's end) sends what waits without waiting out the interval."""
+    if store.dialect != "postgresql":
+        pytest.skip("token deltas cross replicas by NOTIFY on PostgreSQL only")
+    engine = store.database.engine
+    url = make_url(engine.url).set(drivername="postgresql")
+    conn = await asyncpg.connect(url.render_as_string(hide_password=False))
+    heard: list[str] = []
+    await conn.add_listener(DELTA_CHANNEL, lambda _c, _p, _ch, payload: heard.append(payload))
+    notifier = DeltaNotifier(engine, in_transaction=False, min_interval=30.0)
+    messages = [_delta("paced", "s", i, "x", None) for i in range(4)]
+    try:
+        notifier.send(messages[:1])  # after a quiet spell: at once
+        for _ in range(100):  # bounded: 5 s
+            if heard:
+                break
+            await asyncio.sleep(0.05)
+        assert [decode_all(p) for p in heard] == [messages[:1]]
+        notifier.send(messages[1:])  # inside the interval: they wait, together
+        await asyncio.sleep(0.2)
+        assert len(heard) == 1
+        async with asyncio.timeout(5):  # far less than the interval
+            await notifier.flush()
+        for _ in range(100):
+            if len(heard) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert [m for p in heard for m in decode_all(p)] == messages and len(heard) == 2
+    finally:
+        await conn.close()
