@@ -82,8 +82,8 @@ async def _series(owner: httpx.AsyncClient, canceller: httpx.AsyncClient, runs: 
 
 async def cancel_cross_replica(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figure]:
     key = await _tenant_key(url)
-    a = await asyncio.to_thread(start_server, url, workdir / "cancel-a.log", **_ENV)
-    b = await asyncio.to_thread(start_server, url, workdir / "cancel-b.log", **_ENV)
+    a = await asyncio.to_thread(start_server, url, workdir / "cancel-a.log", env=_ENV)
+    b = await asyncio.to_thread(start_server, url, workdir / "cancel-b.log", env=_ENV)
     headers = {"Authorization": f"Bearer {key}"}
     try:
         async with (

@@ -154,9 +154,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "ASR_SSE_MAX_STREAMS_PER_TENANT": str(args.subscribers + 10),
         "ASR_LOG_LEVEL": "warning",
     }
-    a = await asyncio.to_thread(start_server, database_url, workdir / "a.log", **env)
+    a = await asyncio.to_thread(start_server, database_url, workdir / "a.log", env=env)
     try:
-        b = await asyncio.to_thread(start_server, database_url, workdir / "b.log", **env)
+        b = await asyncio.to_thread(start_server, database_url, workdir / "b.log", env=env)
         try:
             return await measure(
                 a, b, key, subscribers=args.subscribers, runs=args.runs, words=args.words

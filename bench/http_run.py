@@ -168,7 +168,7 @@ async def record_run(http: httpx.AsyncClient, path: Path) -> None:
                 "payload": payload.replace(run_id, RUN),
             }
         )
-    options = {"multitask": "reject", "client_tools": [], "approval_required": [],
+    options: dict[str, Any] = {"multitask": "reject", "client_tools": [], "approval_required": [],
                "limits": {}, "on_tool_error": None}  # fmt: skip
     doc = {"batches": batches, "options": options, "usage": run["usage"], "output": run["output"]}
     await asyncio.to_thread(path.write_text, json.dumps(doc))
@@ -242,14 +242,14 @@ async def http_run(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
     results["bare"] = []
     try:
         servers["server"] = await asyncio.to_thread(
-            start_server, url, workdir / "server.log", **env
+            start_server, url, workdir / "server.log", env=env
         )
         servers["bare"] = await asyncio.to_thread(start_bare, workdir / "bare.log")
         if url.startswith("postgresql"):
             # The docs' rule: each worker's pool sized for its share of the clients.
             per_worker = {**env, "ASR_DB_POOL_SIZE": str(2 * (clients // 2) + 8)}
             servers["workers2"] = await asyncio.to_thread(
-                start_server, url, workdir / "workers2.log", workers=2, **per_worker
+                start_server, url, workdir / "workers2.log", workers=2, env=per_worker
             )
         headers = {"Authorization": f"Bearer {key}"}
         base_url = servers["server"].base_url

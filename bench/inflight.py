@@ -133,7 +133,7 @@ async def inflight(url: str, sizes: Sizes, log: Any, workdir: Path) -> list[Figu
     figures: list[Figure] = []
     try:
         server = servers["server"] = await asyncio.to_thread(
-            start_server, url, workdir / "inflight-server.log", **env
+            start_server, url, workdir / "inflight-server.log", env=env
         )
         headers = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=120) as h:

@@ -128,9 +128,11 @@ async def _measure(
             start_server,
             primary.url,
             workdir / "server.log",
-            ASR_LOG_LEVEL="warning",
-            ASR_DATABASE_READ_URLS=read_urls or "",
-            ASR_DB_READ_CONSISTENCY=consistency,
+            env={
+                "ASR_LOG_LEVEL": "warning",
+                "ASR_DATABASE_READ_URLS": read_urls or "",
+                "ASR_DB_READ_CONSISTENCY": consistency,
+            },
         )
     )
     try:

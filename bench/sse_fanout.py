@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -50,10 +51,15 @@ class Server:
 
 
 def start_server(
-    database_url: str, log_path: Path, *args: str, workers: int = 1, **env: str
+    database_url: str,
+    log_path: Path,
+    *args: str,
+    workers: int = 1,
+    env: Mapping[str, str] | None = None,
 ) -> Server:
-    """`asr serve` (with `args`) on a free 127.0.0.1 port, returned once /healthz answers
-    (and, with `workers` > 1, once that many distinct worker processes have answered)."""
+    """`asr serve` (with `args`, and `env` added to its environment) on a free 127.0.0.1
+    port, returned once /healthz answers (and, with `workers` > 1, once that many distinct
+    worker processes have answered)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -61,7 +67,7 @@ def start_server(
         **os.environ,
         "ASR_DATABASE_URL": database_url,
         "ASR_BOOTSTRAP_DEFAULT_TENANT": "false",
-        **env,
+        **(env or {}),
     }
     process = subprocess.Popen(
         [
@@ -290,7 +296,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "read_urls", None):
         env["ASR_DATABASE_READ_URLS"] = args.read_urls
         env["ASR_DB_READ_CONSISTENCY"] = getattr(args, "consistency", None) or "strict"
-    server = await asyncio.to_thread(start_server, database_url, workdir / "server.log", **env)
+    server = await asyncio.to_thread(start_server, database_url, workdir / "server.log", env=env)
     try:
         results = []
         for n in counts:

@@ -4,6 +4,7 @@ the same work done with the bare driver (bench/raw.py) in the same run."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 import uuid
@@ -255,8 +256,8 @@ class StoreBench:
                 assert len(rows) == n
 
             xs, ys = await self._interleaved(
-                lambda f=store_call, c=calls: per_call_ms(f, calls=c),
-                lambda f=raw_call, c=calls: per_call_ms(f, calls=c),
+                functools.partial(per_call_ms, store_call, calls=calls),
+                functools.partial(per_call_ms, raw_call, calls=calls),
             )
             figures.append(
                 Figure(
