@@ -122,6 +122,16 @@ class Settings(BaseSettings):
         "sending its request head (slowloris). `false`: past the cap a new request gets a 503, "
         "and nothing is closed before ASR_HEADER_TIMEOUT_SECONDS.",
     )
+    gc_young_threshold: int = Field(
+        default=50_000,
+        ge=0,
+        le=10_000_000,
+        description="`asr serve`: new container objects (net) between two young collections "
+        "of Python's garbage collector (Python's own default is 700; 0 keeps it). A run "
+        "allocates thousands, so at Python's default the collector ran many times a run and "
+        "its older generations' passes walked the whole heap: a share of every replica's "
+        "CPU, and pauses in its latency. The older generations keep Python's thresholds.",
+    )
     metrics_enabled: bool = Field(default=True, description="Serve Prometheus text at /metrics.")
     metrics_token: SecretStr | None = Field(
         default=None,
