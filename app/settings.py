@@ -338,9 +338,9 @@ class Settings(BaseSettings):
         default=5,
         ge=0,
         le=1000,
-        description="PostgreSQL: commits' wake-ups, and token deltas, go to other replicas at "
-        "most this often (coalesced into one NOTIFY transaction); a send after a quiet spell "
-        "goes at once.",
+        description="PostgreSQL: commits' wake-ups go to other replicas at most this often "
+        "(coalesced into one NOTIFY transaction), and so do token deltas (in one of their "
+        "own); a send after a quiet spell goes at once.",
     )
     sse_listen_keepalive_seconds: float = Field(
         default=5.0, gt=0, le=60, description="How often the LISTEN connection is checked."

@@ -35,7 +35,6 @@ miss that text live; the turn's events carry it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections import deque
@@ -45,7 +44,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.announce import NOTIFY_INTERVAL, notify_all
+from app.store.announce import NOTIFY_INTERVAL, Pace, notify_all
 
 log = logging.getLogger("app.live.deltas")
 
@@ -212,11 +211,9 @@ class DeltaNotifier:
     ) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
-        self.min_interval = min_interval
+        self._pace = Pace(min_interval)
         self._queue: deque[str] = deque()
         self._task: asyncio.Task[None] | None = None
-        self._now = asyncio.Event()  # a flush is waiting: send without waiting out the interval
-        self._last_send = -float("inf")  # loop time of the last send's start
         self.failures = 0
 
     def send(self, messages: list[DeltaMessage]) -> None:
@@ -230,15 +227,8 @@ class DeltaNotifier:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._queue:
-            wait = self._last_send + self.min_interval - loop.time()
-            if wait > 0 and not self._now.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await self._now.wait()
-            self._now.clear()
-            self._last_send = loop.time()
+            await self._pace.turn()
             payloads = pack(list(self._queue))
             self._queue.clear()
             try:
@@ -253,5 +243,5 @@ class DeltaNotifier:
         """Wait until every message handed to `send` so far has been sent, sending what
         waits at once."""
         while self._task is not None and not self._task.done():
-            self._now.set()
+            self._pace.hurry()
             await asyncio.shield(self._task)

@@ -36,6 +36,7 @@ their own, but one way of sending.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,32 @@ async def notify_all(
     await call(engine, _NOTIFY, (channel, payloads), in_transaction=in_transaction)
 
 
+class Pace:
+    """Sends at least `min_interval` apart: the first after a quiet spell at once, later
+    ones when the interval since the last began has run out, or at once when hurried (a
+    caller waits for what is queued). The NOTIFY senders' one timing rule."""
+
+    def __init__(self, min_interval: float) -> None:
+        self.min_interval = min_interval
+        self._last = -float("inf")  # loop time of the last send's start
+        self._hurry = asyncio.Event()
+
+    async def turn(self) -> None:
+        """Wait until the next send may start, and count it as started."""
+        loop = asyncio.get_running_loop()
+        wait = self._last + self.min_interval - loop.time()
+        if wait > 0 and not self._hurry.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._hurry.wait()
+        self._hurry.clear()
+        self._last = loop.time()
+
+    def hurry(self) -> None:
+        """Let the send waiting for its turn (or the next one) go at once."""
+        self._hurry.set()
+
+
 class Notifier:
     """Sends committed wake-ups as NOTIFYs, coalesced, one send at a time (PostgreSQL)."""
 
@@ -96,10 +123,9 @@ class Notifier:
     ) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
-        self.min_interval = min_interval
+        self._pace = Pace(min_interval)
         self._pending: dict[tuple[str, str | None], int | None] = {}
         self._task: asyncio.Task[None] | None = None
-        self._last_send = -float("inf")  # loop time of the last send's start
 
     def post(self, wakeups: list[Wakeup]) -> None:
         for w in wakeups:
@@ -112,12 +138,8 @@ class Notifier:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._pending:
-            wait = self._last_send + self.min_interval - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last_send = loop.time()
+            await self._pace.turn()
             batch, self._pending = self._pending, {}
             payloads = [encode_wakeup(Wakeup(t, s, q)) for (t, s), q in batch.items()]
             try:
