@@ -25,7 +25,7 @@ a JSON array of payloads, still under `MAX_PAYLOAD_BYTES`): with many runs strea
 NOTIFY per message was a notification for every replica to parse, per run and per writer
 tick. Sends are at least `min_interval` apart, as the wake-ups' are: with a hundred runs
 streaming, sending whatever waited the moment the last send returned made packs of one or
-two messages and a transaction per tick of every run, about a quarter of a replica's CPU.
+two messages and a transaction per tick of every run.
 The end of a turn does not wait out the interval (`flush` sends at once): its events wait
 for its text, and a timer there would add to every run's latency. A
 replica of a version that reads only single payloads ignores a pack (its subscribers then
