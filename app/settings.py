@@ -342,6 +342,21 @@ class Settings(BaseSettings):
         "(coalesced into one NOTIFY transaction), and so do token deltas (in one of their "
         "own); a send after a quiet spell goes at once.",
     )
+    sse_notify_interest: bool = Field(
+        default=True,
+        description="PostgreSQL: a session's wake-ups and token deltas go to the other "
+        "replicas only while one of them has a live subscriber of it (each replica announces "
+        "what it listens to); false sends every one to every replica, as a replica of a "
+        "version before this setting expects during a rolling upgrade.",
+    )
+    sse_interest_renew_seconds: float = Field(
+        default=10.0,
+        ge=0.5,
+        le=300,
+        description="PostgreSQL: how often a replica repeats what it listens to; the others "
+        "forget it after three of these. A replica whose listener (re)connects asks the others "
+        "for theirs and sends everything for two seconds meanwhile.",
+    )
     sse_listen_keepalive_seconds: float = Field(
         default=5.0, gt=0, le=60, description="How often the LISTEN connection is checked."
     )

@@ -144,6 +144,7 @@ class EventBus:
         topic = self._topics.get(key)
         if topic is None:
             topic = self._topics[key] = _Topic(cursor=head)
+            self._listening(tenant_id, session_id)
         sub = Subscription(limit=self._queue_size, deltas=deltas, on_overflow=self._overflowed)
         if deltas:  # the turn in progress first, then (no await between) its live frames
             sub.push([Ephemeral(frame) for frame in self.deltas.catch_up(tenant_id, session_id)])
@@ -159,6 +160,8 @@ class EventBus:
     def subscribe_tenant(self, tenant_id: str) -> Iterator[Subscription]:
         """Wake-ups for every session of the tenant; the reader fetches rows itself."""
         sub = Subscription(limit=1)
+        if tenant_id not in self._tenants:
+            self._listening(tenant_id, None)
         self._tenants.setdefault(tenant_id, set()).add(sub)
         try:
             yield sub
@@ -168,6 +171,14 @@ class EventBus:
                 subs.discard(sub)
                 if not subs:
                     del self._tenants[tenant_id]
+
+    def _listening(self, tenant_id: str, session_id: str | None) -> None:
+        """A session (None: every session of the tenant) got its first subscriber here:
+        the bus of several replicas tells the others (`app.live.interest`)."""
+
+    def listened(self) -> list[tuple[str, str | None]]:
+        """The sessions (None: every session of a tenant) this process has subscribers of."""
+        return [*self._topics, *((tenant_id, None) for tenant_id in self._tenants)]
 
     def publish_ephemeral(
         self,

@@ -121,6 +121,7 @@ class _Outbox:
     turn_id: str | None
     offsets: dict[str, int] = field(default_factory=dict)
     after_seq: int | None = None  # the session's last committed seq at the newest chunk
+    sent: bool = False  # whether any of the turn's text went to other replicas
 
 
 class DeltaRelay:
@@ -128,7 +129,9 @@ class DeltaRelay:
 
     `deliver(tenant_id, session_id, frames)` hands frames to the session's local
     subscribers that asked for deltas. `notifier` (PostgreSQL) carries the owner's messages
-    to the other replicas; without one (SQLite: one process) deltas stay local.
+    to the other replicas; without one (SQLite: one process) deltas stay local. `wanted`
+    (`app.live.interest`) says whether another replica listens to a session: a session
+    nobody else listens to sends nothing (None: every session sends).
     """
 
     def __init__(
@@ -149,7 +152,10 @@ class DeltaRelay:
         self._texts: dict[Key, TurnText] = {}
         self._outboxes: dict[Key, _Outbox] = {}
         self._swept = time.monotonic()
-        self.counters = {"delta_messages": 0, "delta_gaps": 0, "delta_sends": 0}
+        self.wanted: Callable[[str, str], bool] | None = None
+        self.counters = {
+            "delta_messages": 0, "delta_gaps": 0, "delta_sends": 0, "delta_catch_ups_sent": 0
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ the owner
 
@@ -188,7 +194,8 @@ class DeltaRelay:
         self.counters["delta_sends"] += 1
         for piece, _ in pieces:  # the pieces other replicas get, so frames are the same
             self._apply(piece)
-        if self._notifier is not None:
+        if self._notifier is not None and (self.wanted is None or self.wanted(*key)):
+            outbox.sent = True
             self._notifier.send_encoded([payload for _, payload in pieces])
 
     async def end_turn(
@@ -203,13 +210,42 @@ class DeltaRelay:
         del self._outboxes[key]
         end = DeltaMessage(self.origin, tenant_id, session_id, run_id, turn_id, END, 0, time.time())
         self._apply(end)
-        if self._notifier is not None:
+        # Whoever has heard any of the turn's text hears its end, listening now or not.
+        wanted = self.wanted is None or outbox.sent or self.wanted(*key)
+        if self._notifier is not None and wanted:
             self._notifier.send([end])
             try:
                 async with asyncio.timeout(self._send_timeout):
                     await self._notifier.flush()
             except TimeoutError:
                 log.warning("delta messages of session %s still unsent", session_id)
+
+    def catch_up_remote(self, tenant_id: str, session_id: str) -> None:
+        """Another replica started listening to the session: send it the text so far of
+        the turn this replica runs there (offset 0; a replica that has part of it keeps
+        only what is new), so that the live messages after it leave no hole."""
+        key = (tenant_id, session_id)
+        outbox = self._outboxes.get(key)
+        text = self._texts.get(key)
+        if self._notifier is None or outbox is None or text is None:
+            return
+        if (text.run_id, text.turn_id) != (outbox.run_id, outbox.turn_id):
+            return
+        payloads: list[str] = []
+        for kind, part in text.texts.items():
+            if not part.complete or not part.end:
+                continue  # too long to keep: the other replica starts mid-text
+            whole = "".join(part.chunks)
+            part.chunks[:] = [whole]
+            message = DeltaMessage(
+                self.origin, tenant_id, session_id, outbox.run_id, outbox.turn_id, kind, 0,
+                text.emitted_at, whole, outbox.after_seq,
+            )  # fmt: skip
+            payloads += [payload for _, payload in split_encoded(message)]
+        if payloads:
+            outbox.sent = True
+            self.counters["delta_catch_ups_sent"] += 1
+            self._notifier.send_encoded(payloads)
 
     # ------------------------------------------------------------- every replica
 

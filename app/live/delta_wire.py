@@ -34,22 +34,20 @@ miss that text live; the turn's events carry it).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.announce import NOTIFY_INTERVAL, Pace, notify_all
+from app.store.announce import NOTIFY_INTERVAL, PACK_BYTES, PacedChannel
 
 log = logging.getLogger("app.live.deltas")
 
 DELTA_CHANNEL = "asr_deltas"
-MAX_PAYLOAD_BYTES = 7900  # PostgreSQL refuses 8000 and more
+MAX_PAYLOAD_BYTES = PACK_BYTES  # PostgreSQL refuses 8000 and more
 END = "END"  # the kind of the message that ends a turn's text
 _VERSION = 2
 _ASCII_JSON = json.JSONEncoder(separators=(",", ":"))  # ensure_ascii, as the wire needs
@@ -134,27 +132,6 @@ def decode_all(payload: str) -> list[DeltaMessage]:
     return [message for message in found if message is not None]
 
 
-def pack(payloads: list[str], limit: int = MAX_PAYLOAD_BYTES) -> list[str]:
-    """Payloads joined in order into as few NOTIFY payloads as fit `limit` (each is a JSON
-    array of the encoded messages; one alone is sent as it is)."""
-    packed: list[str] = []
-    group: list[str] = []
-    size = 1
-    for payload in payloads:
-        if group and size + len(payload) + 1 > limit:
-            packed.append(_joined(group))
-            group, size = [], 1
-        group.append(payload)
-        size += len(payload) + 1
-    if group:
-        packed.append(_joined(group))
-    return packed
-
-
-def _joined(group: list[str]) -> str:
-    return group[0] if len(group) == 1 else "[" + ",".join(group) + "]"
-
-
 def sent_by(payload: str, origin: str) -> bool:
     """Whether a payload is one `origin` sent (the owner hears its own NOTIFYs too, and has
     applied them already): told from its first bytes, without decoding it. A pack holds
@@ -202,46 +179,17 @@ def split_encoded(
     return pieces
 
 
-class DeltaNotifier:
+class DeltaNotifier(PacedChannel):
     """Sends delta messages as NOTIFYs on `DELTA_CHANNEL`, in order, one send at a time,
     those that waited for it packed."""
 
     def __init__(
         self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = NOTIFY_INTERVAL
     ) -> None:
-        self.engine = engine
-        self.in_transaction = in_transaction
-        self._pace = Pace(min_interval)
-        self._queue: deque[str] = deque()
-        self._task: asyncio.Task[None] | None = None
-        self.failures = 0
+        super().__init__(
+            engine, DELTA_CHANNEL, in_transaction=in_transaction, min_interval=min_interval
+        )
 
     def send(self, messages: list[DeltaMessage]) -> None:
         """Queue messages that fit a payload (`split`) for sending, in order."""
         self.send_encoded([encode(message) for message in messages])
-
-    def send_encoded(self, payloads: list[str]) -> None:
-        """Queue payloads (`split_encoded`) for sending, in order."""
-        self._queue.extend(payloads)
-        if self._queue and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        while self._queue:
-            await self._pace.turn()
-            payloads = pack(list(self._queue))
-            self._queue.clear()
-            try:
-                await notify_all(
-                    self.engine, DELTA_CHANNEL, payloads, in_transaction=self.in_transaction
-                )
-            except Exception:  # ephemeral: the turn's text is in the ledger at its end
-                self.failures += 1
-                log.warning("sending %d delta messages failed", len(payloads), exc_info=True)
-
-    async def flush(self) -> None:
-        """Wait until every message handed to `send` so far has been sent, sending what
-        waits at once."""
-        while self._task is not None and not self._task.done():
-            self._pace.hurry()
-            await asyncio.shield(self._task)

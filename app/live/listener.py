@@ -1,9 +1,10 @@
 """`PostgresNotifyBus`: the bus of PostgreSQL deployments, with its LISTEN connection, and
 `make_bus`, which picks the bus for a deployment.
 
-The one dedicated connection per process hears three channels: committed wake-ups
+The one dedicated connection per process hears four channels: committed wake-ups
 (`app.store.announce`, sent by every replica's store after its commits), run control
-(`control_wire`) and token deltas (`delta_wire`).
+(`control_wire`), token deltas (`delta_wire`) and what the other replicas listen to
+(`interest`: wake-ups and deltas of a session go out only while some replica does).
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from app.live.bus import EventBus, InProcessBus
 from app.live.control_wire import CONTROL_CHANNEL, decode_control
 from app.live.delta_wire import DELTA_CHANNEL, DeltaNotifier, sent_by
 from app.live.delta_wire import decode_all as decode_deltas
+from app.live.interest import (
+    ALL,
+    ASK,
+    FRESH,
+    INTEREST_CHANNEL,
+    RENEWAL,
+    RemoteInterest,
+    encode_interest,
+)
 from app.runtime.ports import RunSignal
 from app.settings import Settings
-from app.store.announce import CHANNEL, decode_wakeup
+from app.store.announce import CHANNEL, PacedChannel, decode_wakeup
 from app.store.engine import behind_pgbouncer
 from app.store.ledger import LedgerStore
 from app.store.pg_tls import asyncpg_dsn
@@ -46,18 +56,86 @@ class PostgresNotifyBus(EventBus):
         *,
         listen_dsn: str,
         keepalive_seconds: float = 5.0,
+        interest_renew_seconds: float | None = None,
+        min_interval: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(store, **kwargs)
         self._dsn = listen_dsn
         self._keepalive = keepalive_seconds
+        # What the other replicas listen to (None: every wake-up and delta goes to all).
+        self.interest: RemoteInterest | None = None
+        self._interest_out: PacedChannel | None = None
+        if interest_renew_seconds is not None:
+            self.interest = RemoteInterest(self.deltas.origin, renew_seconds=interest_renew_seconds)
+            self._interest_out = PacedChannel(
+                store.db.engine,
+                INTEREST_CHANNEL,
+                in_transaction=behind_pgbouncer(store.db.engine),
+                min_interval=min_interval,
+            )
+            self.deltas.wanted = self.interest.wants
+        # A read replica's fence is every session's head, which every wake-up carries.
+        self._wants_everything = store.db.replicas is not None
         # Operators (and the tests) find this process's listener by this name.
         self.application_name = f"asr-listen:{os.getpid()}"
         self.listener: dict[str, Any] = {"connected": False, "backend_pid": None, "connects": 0}
 
     async def start(self) -> None:
         await super().start()
+        notifier = self._store.db.announcer.notifier
+        if self.interest is not None and notifier is not None:
+            notifier.gates.append(self.interest.wants)
         self._tasks.append(asyncio.create_task(self._listen_forever(), name="asr-bus-listen"))
+        if self.interest is not None:
+            self._tasks.append(asyncio.create_task(self._renew_forever(), name="asr-interest"))
+
+    async def stop(self) -> None:
+        notifier = self._store.db.announcer.notifier
+        if self.interest is not None and notifier is not None:
+            with contextlib.suppress(ValueError):
+                notifier.gates.remove(self.interest.wants)
+        await super().stop()
+
+    # ------------------------------------------------------------------ interest
+
+    def _listening(self, tenant_id: str, session_id: str | None) -> None:
+        self._announce([(tenant_id, ALL if session_id is None else session_id)], fresh=FRESH)
+
+    def _announce(self, keys: list[tuple[str, str]], *, fresh: int) -> None:
+        if self._interest_out is None:
+            return
+        if self._wants_everything:
+            keys = [(ALL, ALL), *keys]
+        payloads = encode_interest(self.deltas.origin, keys, fresh=fresh)
+        if payloads:
+            self._interest_out.send_encoded(payloads)
+
+    def _announce_all(self, *, fresh: int) -> None:
+        self._announce([(t, ALL if s is None else s) for t, s in self.listened()], fresh=fresh)
+
+    async def _renew_forever(self) -> None:
+        """Every replica hears again what this one listens to, before it expires there."""
+        assert self.interest is not None
+        while True:
+            await asyncio.sleep(self.interest.renew_seconds)
+            self.interest.sweep()
+            self._announce_all(fresh=RENEWAL)
+
+    def _on_interest(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if self.interest is None:
+            return
+        notifier = self._store.db.announcer.notifier
+        keys, asked = self.interest.heard(payload)
+        if asked:  # a replica that just connected: it wants to hear this one's at once
+            self._announce_all(fresh=RENEWAL)
+        for tenant_id, session_id in keys:
+            if tenant_id == ALL:
+                continue  # heads for a read replica: from the next wake-ups on
+            if notifier is not None:
+                notifier.resend(tenant_id, None if session_id == ALL else session_id)
+            if session_id != ALL:
+                self.deltas.catch_up_remote(tenant_id, session_id)
 
     async def _listen_forever(self) -> None:
         delay = 0.1
@@ -87,6 +165,12 @@ class PostgresNotifyBus(EventBus):
             await conn.add_listener(CHANNEL, self._on_notification)
             await conn.add_listener(CONTROL_CHANNEL, self._on_control_notification)
             await conn.add_listener(DELTA_CHANNEL, self._on_delta)
+            await conn.add_listener(INTEREST_CHANNEL, self._on_interest)
+            if self.interest is not None:
+                # What others announced while this one was deaf is unknown: send them
+                # everything until they answer, and tell them all this one listens to.
+                self.interest.open()
+                self._announce_all(fresh=ASK)
             self.listener.update(
                 connected=True,
                 backend_pid=conn.get_server_pid(),
@@ -125,7 +209,10 @@ class PostgresNotifyBus(EventBus):
             self.deltas.receive(message)
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "listener": dict(self.listener)}
+        stats = {**super().stats(), "listener": dict(self.listener)}
+        if self.interest is not None:
+            stats.update(self.interest.stats())
+        return stats
 
 
 async def _close(conn: asyncpg.Connection, *, graceful: bool) -> None:
@@ -161,6 +248,10 @@ def make_bus(settings: Settings, store: LedgerStore) -> EventBus:
                 in_transaction=behind_pgbouncer(store.db.engine),
                 min_interval=settings.sse_notify_interval_ms / 1000,
             ),
+            interest_renew_seconds=(
+                settings.sse_interest_renew_seconds if settings.sse_notify_interest else None
+            ),
+            min_interval=settings.sse_notify_interval_ms / 1000,
             **options,
         )
     return InProcessBus(store, **options)

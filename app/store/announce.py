@@ -13,15 +13,17 @@ The NOTIFY goes out after the commit, from its own short transaction, not from i
 writing one: a transaction with a pending NOTIFY takes PostgreSQL's global notify lock at
 commit and holds it through its WAL flush, which made concurrent appends commit one at a
 time (about 0.35x of the raw insert loop at 16 writers, against 0.7-0.85x without). Only
-committed writes are announced. The Notifier coalesces: while one send is in flight, new
-wake-ups wait and go out together in the next, one per session with the highest seq, and
-sends are at least `min_interval` apart: a wake-up after a quiet spell goes at once, one
-under load waits at most that long. Each NOTIFY is a transaction of its own on the
-database, and one per commit cost about as much database CPU as the append it announced
-(16 writers: 0.58x of the raw insert loop; one NOTIFY per 5 ms at most: 0.6-0.75x). If
-the process dies between a commit and its NOTIFY, other replicas see those events at
-their next poll (the bus polls as a fallback); this replica's own listeners were already
-called.
+committed writes are announced. A session's wake-up goes out only while another replica
+listens to it, as the live path tells the Notifier (its gates, `app.live.interest`); one
+kept back goes when a replica starts to (`resend`). The Notifier coalesces: while one send
+is in flight, new wake-ups wait and go out together in the next, one per session with the
+highest seq, and sends are at least `min_interval` apart: a wake-up after a quiet spell
+goes at once, one under load waits at most that long. Each NOTIFY is a transaction of its
+own on the database, and one per commit cost about as much database CPU as the append it
+announced (16 writers: 0.58x of the raw insert loop; one NOTIFY per 5 ms at most:
+0.6-0.75x). If the process dies between a commit and its NOTIFY, other replicas see those
+events at their next poll (the bus polls as a fallback); this replica's own listeners were
+already called.
 
 The payload is `<tenant_id>:<session_id>:<last_seq>`: a wake-up, never the event. Readers
 fetch the rows from the table. A payload that would exceed `MAX_PAYLOAD_BYTES` (only with
@@ -29,8 +31,9 @@ very long ids) is sent as `<tenant_id>:` — "something changed in this tenant" 
 ever truncated into a wrong session id.
 
 The same sender carries the live path's other NOTIFYs (`Notifier.send`, `notify_all`): run
-control (`app.live.control_wire`) and token deltas (`app.live.delta_wire`) have channels of
-their own, but one way of sending.
+control (`app.live.control_wire`), token deltas (`app.live.delta_wire`) and what replicas
+listen to (`app.live.interest`) have channels of their own, but one way of sending; the
+last two queue through a `PacedChannel` (in order, packed, paced as the wake-ups are).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -51,6 +55,11 @@ log = logging.getLogger("app.store.announce")
 
 CHANNEL = "asr_events"
 MAX_PAYLOAD_BYTES = 200  # PostgreSQL allows 8000; a wake-up needs far less
+PACK_BYTES = 7900  # a pack of payloads stays under PostgreSQL's limit of 8000
+# Sessions whose wake-ups were kept back (no other replica listened to them) that are
+# remembered, the least recently written first to go: a replica that starts listening to
+# one of them is sent its wake-up then. One forgotten costs that listener a poll's delay.
+SUPPRESSED_CAPACITY = 10_000
 # The least time between two sends of wake-ups (ASR_SSE_NOTIFY_INTERVAL_MS), in seconds.
 NOTIFY_INTERVAL = 0.005
 _TOUCHED = "asr_touched_sessions"
@@ -115,26 +124,142 @@ class Pace:
         self._hurry.set()
 
 
+def pack(payloads: list[str], limit: int = PACK_BYTES) -> list[str]:
+    """JSON-array payloads joined in order into as few NOTIFY payloads as fit `limit` (a
+    pack is a JSON array of them; one alone is sent as it is)."""
+    packed: list[str] = []
+    group: list[str] = []
+    size = 1
+    for payload in payloads:
+        if group and size + len(payload) + 1 > limit:
+            packed.append(_joined(group))
+            group, size = [], 1
+        group.append(payload)
+        size += len(payload) + 1
+    if group:
+        packed.append(_joined(group))
+    return packed
+
+
+def _joined(group: list[str]) -> str:
+    return group[0] if len(group) == 1 else "[" + ",".join(group) + "]"
+
+
+class PacedChannel:
+    """Sends JSON-array payloads on one channel, in order, one send at a time, those that
+    waited for it packed (`pack`), sends at least `min_interval` apart."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        channel: str,
+        *,
+        in_transaction: bool,
+        min_interval: float = NOTIFY_INTERVAL,
+    ) -> None:
+        self.engine = engine
+        self.channel = channel
+        self.in_transaction = in_transaction
+        self._pace = Pace(min_interval)
+        self._queue: deque[str] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self.failures = 0
+
+    def send_encoded(self, payloads: list[str]) -> None:
+        """Queue payloads for sending, in order."""
+        self._queue.extend(payloads)
+        if self._queue and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._queue:
+            await self._pace.turn()
+            payloads = pack(list(self._queue))
+            self._queue.clear()
+            try:
+                await notify_all(
+                    self.engine, self.channel, payloads, in_transaction=self.in_transaction
+                )
+            except Exception:  # what these channels carry is ephemeral or has a fallback
+                self.failures += 1
+                log.warning("sending %d payloads on %s failed", len(payloads), self.channel,
+                            exc_info=True)  # fmt: skip
+
+    async def flush(self) -> None:
+        """Wait until every payload queued so far has been sent, sending what waits at once."""
+        while self._task is not None and not self._task.done():
+            self._pace.hurry()
+            await asyncio.shield(self._task)
+
+
+# Whether some other replica listens to a session: (tenant_id, session_id) -> bool.
+Gate = Callable[[str, str], bool]
+
+
 class Notifier:
-    """Sends committed wake-ups as NOTIFYs, coalesced, one send at a time (PostgreSQL)."""
+    """Sends committed wake-ups as NOTIFYs, coalesced, one send at a time (PostgreSQL).
+
+    With `gates` (the live path's knowledge of what other replicas listen to,
+    `app.live.interest`), a session's wake-up is sent only if some gate says another
+    replica listens to it; the others are remembered (`SUPPRESSED_CAPACITY`) and sent when
+    a replica starts listening (`resend`). Without gates every wake-up is sent.
+    """
 
     def __init__(
         self, engine: AsyncEngine, *, in_transaction: bool, min_interval: float = NOTIFY_INTERVAL
     ) -> None:
         self.engine = engine
         self.in_transaction = in_transaction
+        self.gates: list[Gate] = []
         self._pace = Pace(min_interval)
         self._pending: dict[tuple[str, str | None], int | None] = {}
+        self._suppressed: OrderedDict[tuple[str, str], int | None] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
+        self.counters = {"suppressed": 0, "resent": 0}
 
     def post(self, wakeups: list[Wakeup]) -> None:
+        gates = self.gates
         for w in wakeups:
-            key = (w.tenant_id, w.session_id)
-            seq = self._pending.get(key)
-            self._pending[key] = (
-                w.last_seq if seq is None or w.last_seq is None else max(seq, w.last_seq)
-            )
+            if gates and w.session_id is not None:
+                if not any(wanted(w.tenant_id, w.session_id) for wanted in gates):
+                    self._suppress(w)
+                    continue
+            self._queue(w.tenant_id, w.session_id, w.last_seq)
         if self._pending and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    def _queue(self, tenant_id: str, session_id: str | None, last_seq: int | None) -> None:
+        key = (tenant_id, session_id)
+        seq = self._pending.get(key)
+        self._pending[key] = last_seq if seq is None or last_seq is None else max(seq, last_seq)
+
+    def _suppress(self, w: Wakeup) -> None:
+        assert w.session_id is not None
+        self.counters["suppressed"] += 1
+        key = (w.tenant_id, w.session_id)
+        seq = self._suppressed.pop(key, None)
+        self._suppressed[key] = (
+            w.last_seq if seq is None or w.last_seq is None else max(seq, w.last_seq)
+        )
+        if len(self._suppressed) > SUPPRESSED_CAPACITY:
+            self._suppressed.popitem(last=False)
+
+    def resend(self, tenant_id: str, session_id: str | None) -> None:
+        """Another replica started listening to a session (None: every session of the
+        tenant): send the wake-up kept back of it, if any (for a tenant, one for all)."""
+        if session_id is not None:
+            if (tenant_id, session_id) not in self._suppressed:
+                return
+            self._queue(tenant_id, session_id, self._suppressed.pop((tenant_id, session_id)))
+        else:
+            keys = [key for key in self._suppressed if key[0] == tenant_id]
+            if not keys:
+                return
+            for key in keys:
+                del self._suppressed[key]
+            self._queue(tenant_id, None, None)
+        self.counters["resent"] += 1
+        if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:

@@ -18,11 +18,11 @@ from app.live.delta_wire import (
     decode,
     decode_all,
     encode,
-    pack,
     sent_by,
     split,
 )
 from app.runtime.runs.delta_tick import DeltaTick
+from app.store.announce import pack
 
 T, S = "tenant", "session"
 
