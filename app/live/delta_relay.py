@@ -190,13 +190,15 @@ class DeltaRelay:
             self.origin, tenant_id, session_id, run_id, turn_id, kind, offset, time.time(),
             text, outbox.after_seq,
         )  # fmt: skip
-        pieces = split_encoded(message)
         self.counters["delta_sends"] += 1
+        if self._notifier is None or (self.wanted is not None and not self.wanted(*key)):
+            self._apply(message)  # nobody else hears it: no payload to encode
+            return
+        pieces = split_encoded(message)
         for piece, _ in pieces:  # the pieces other replicas get, so frames are the same
             self._apply(piece)
-        if self._notifier is not None and (self.wanted is None or self.wanted(*key)):
-            outbox.sent = True
-            self._notifier.send_encoded([payload for _, payload in pieces])
+        outbox.sent = True
+        self._notifier.send_encoded([payload for _, payload in pieces])
 
     async def end_turn(
         self, tenant_id: str, session_id: str, *, run_id: str | None, turn_id: str | None
