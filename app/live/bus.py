@@ -44,6 +44,7 @@ from sqlalchemy import select
 from app.live.control_wire import CONTROL_CHANNEL, encode_control
 from app.live.delta_relay import DeltaRelay
 from app.live.delta_wire import DeltaNotifier
+from app.live.timeline import interleave
 from app.runtime.ports import RunSignal, Wakeup
 from app.runtime.session.events import Event
 from app.runtime.session.subscription import Delivery, Ephemeral, Subscription
@@ -74,6 +75,7 @@ class _Topic:
     subscribers: set[Subscription] = field(default_factory=set)
     held: list[_Held] = field(default_factory=list)
     reads: int = 0  # reads of the table begun for this topic
+    ready: asyncio.Future[None] | None = None  # the other replicas told of it
 
 
 class EventBus:
@@ -144,8 +146,9 @@ class EventBus:
         topic = self._topics.get(key)
         if topic is None:
             topic = self._topics[key] = _Topic(cursor=head)
-            self._listening(tenant_id, session_id)
+            topic.ready = self._listening(tenant_id, session_id)
         sub = Subscription(limit=self._queue_size, deltas=deltas, on_overflow=self._overflowed)
+        sub.ready = topic.ready
         if deltas:  # the turn in progress first, then (no await between) its live frames
             sub.push([Ephemeral(frame) for frame in self.deltas.catch_up(tenant_id, session_id)])
         topic.subscribers.add(sub)
@@ -161,7 +164,7 @@ class EventBus:
         """Wake-ups for every session of the tenant; the reader fetches rows itself."""
         sub = Subscription(limit=1)
         if tenant_id not in self._tenants:
-            self._listening(tenant_id, None)
+            sub.ready = self._listening(tenant_id, None)
         self._tenants.setdefault(tenant_id, set()).add(sub)
         try:
             yield sub
@@ -172,9 +175,11 @@ class EventBus:
                 if not subs:
                     del self._tenants[tenant_id]
 
-    def _listening(self, tenant_id: str, session_id: str | None) -> None:
+    def _listening(self, tenant_id: str, session_id: str | None) -> asyncio.Future[None] | None:
         """A session (None: every session of the tenant) got its first subscriber here:
-        the bus of several replicas tells the others (`app.live.interest`)."""
+        the bus of several replicas tells the others (`app.live.interest`), and returns
+        what is done once they have been told (streams read the table only after it)."""
+        return None
 
     def listened(self) -> list[tuple[str, str | None]]:
         """The sessions (None: every session of a tenant) this process has subscribers of."""
@@ -345,16 +350,27 @@ class EventBus:
     def _push(topic: _Topic, events: Sequence[Event]) -> None:
         """Events after the topic's cursor to each subscriber, the cursor moved past them.
         Those at or below the cursor were pushed already: a read that began before a
-        commit was handed on may return them again."""
+        commit was handed on may return them again.
+
+        Delta frames held for these events go with them, each just before its turn's
+        MODEL_RESPONSE when this batch holds it (`interleave`): a read that found a whole
+        turn committed must still show its text before the response that makes it final.
+        """
         fresh = [e for e in events if e.seq > topic.cursor]
         if not fresh:
             return
         topic.cursor = fresh[-1].seq
-        items = [Delivery(e) for e in fresh]
+        due: list[_Held] = []
+        while topic.held and topic.held[0].after_seq <= topic.cursor:
+            due.append(topic.held.pop(0))
+        if not due:
+            items: list[Delivery | Ephemeral] = [Delivery(e) for e in fresh]
+            for sub in list(topic.subscribers):
+                sub.push(items)
+            return
         for sub in list(topic.subscribers):
-            sub.push(items)
-        if topic.held:
-            EventBus._release(topic)
+            frames = [item for held in due if sub in held.subscribers for item in held.items]
+            sub.push(interleave(fresh, frames))
 
     @staticmethod
     def _release(topic: _Topic, *, before_read: int = 0) -> None:

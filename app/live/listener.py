@@ -99,8 +99,14 @@ class PostgresNotifyBus(EventBus):
 
     # ------------------------------------------------------------------ interest
 
-    def _listening(self, tenant_id: str, session_id: str | None) -> None:
-        self._announce([(tenant_id, ALL if session_id is None else session_id)], fresh=FRESH)
+    def _listening(self, tenant_id: str, session_id: str | None) -> asyncio.Future[None] | None:
+        if self._interest_out is None:
+            return None
+        key = (tenant_id, ALL if session_id is None else session_id)
+        payloads = encode_interest(self.deltas.origin, [key], fresh=FRESH)
+        # At once, and the stream waits for it: a client that saw the stream open and then
+        # wrote through another replica must find that replica told.
+        return self._interest_out.send_confirmed(payloads) if payloads else None
 
     def _announce(self, keys: list[tuple[str, str]], *, fresh: int) -> None:
         if self._interest_out is None:

@@ -80,6 +80,8 @@ async def replay_then_live(
     """
     last = after_seq
     with subscribe() as sub:
+        if not known:  # events written elsewhere from now on are announced here
+            await sub.announced()
         if handoff_delay:
             await asyncio.sleep(handoff_delay)
         if known:
@@ -191,6 +193,7 @@ async def tenant_timeline(
     cursor = after
     wait = _PENDING_FIRST_WAIT
     with subscribe() as sub:
+        await sub.announced()
         while True:
             page = await read_whole(read_page(cursor))
             for event, position in page.entries:

@@ -162,6 +162,7 @@ class PacedChannel:
         self.in_transaction = in_transaction
         self._pace = Pace(min_interval)
         self._queue: deque[str] = deque()
+        self._confirms: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
         self.failures = 0
 
@@ -171,11 +172,21 @@ class PacedChannel:
         if self._queue and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
+    def send_confirmed(self, payloads: list[str]) -> asyncio.Future[None]:
+        """Queue payloads to go at once (not waiting out the interval); the future is done
+        when they were sent (or their send failed)."""
+        done = asyncio.get_running_loop().create_future()
+        self._confirms.append(done)
+        self.send_encoded(payloads)
+        self._pace.hurry()
+        return done
+
     async def _drain(self) -> None:
         while self._queue:
             await self._pace.turn()
             payloads = pack(list(self._queue))
             self._queue.clear()
+            confirms, self._confirms = self._confirms, []
             try:
                 await notify_all(
                     self.engine, self.channel, payloads, in_transaction=self.in_transaction
@@ -184,6 +195,10 @@ class PacedChannel:
                 self.failures += 1
                 log.warning("sending %d payloads on %s failed", len(payloads), self.channel,
                             exc_info=True)  # fmt: skip
+            finally:
+                for done in confirms:
+                    if not done.done():
+                        done.set_result(None)
 
     async def flush(self) -> None:
         """Wait until every payload queued so far has been sent, sending what waits at once."""

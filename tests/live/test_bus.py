@@ -273,6 +273,33 @@ async def test_a_delta_from_another_replica_waits_for_the_events_it_follows(
         assert bus.counters["deltas_held"] == 2
 
 
+async def test_held_text_goes_before_its_turns_response_when_one_read_finds_the_whole_turn(
+    store: Stores, tenant: TenantKey
+) -> None:
+    """Text held for late events, released by a read that finds the turn already ended
+    (its MODEL_RESPONSE and what follows): the text still comes before the response."""
+    t = tenant.tenant_id
+    async with running_bus(store, t) as (bus, sid):
+        with bus.subscribe(t, sid, head=1, deltas=True) as sub:
+            store.database.announcer.listeners.remove(bus.publish_committed)
+            response = NewEvent(
+                EventType.MODEL_RESPONSE,
+                {"text": "Hello", "tool_calls": [], "usage": {}, "finish_reason": "stop"},
+                run_id="r",
+                turn_id="r.t1",
+            )
+            await store.ledger.append_events(
+                t, sid, events=[item_event("a"), response, item_event("b")]
+            )
+            store.database.announcer.listeners.append(bus.publish_committed)
+            bus.deltas.receive(_delta(t, sid, 0, "Hello", after=2))
+            got: list[object] = []
+            async with asyncio.timeout(5):
+                while 4 not in got:
+                    got += _arrivals(await sub.take())
+            assert got == [2, "Hello", 3, 4]
+
+
 async def test_held_text_is_released_by_a_read_that_fails(
     store: Stores, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:

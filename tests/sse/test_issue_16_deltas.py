@@ -145,6 +145,14 @@ async def test_a_subscriber_reconnecting_mid_turn_gets_the_text_so_far_then_the_
         await first.until(lambda r: sum(len(d["text"]) for d in r.deltas) >= 100)
     seen = first.events[-1]["seq"]
     text_before = "".join(d["text"] for d in first.deltas)
+    # It joined mid-turn (on the other replica, its first subscriber of the session: the
+    # replica running the model hears of it only then), and has the text from its start.
+    assert first.deltas[0]["offset"] == 0 and WORDS_200.startswith(text_before)
+    assert_contiguous(first.deltas)
+    # It joined mid-turn (on the other replica, its first subscriber of the session: the
+    # replica running the model hears of it only then), and has the text from its start.
+    assert first.deltas[0]["offset"] == 0 and WORDS_200.startswith(text_before)
+    assert_contiguous(first.deltas)
     await asyncio.sleep(0.3)  # words written while away
 
     headers = {"Last-Event-ID": str(seen)}

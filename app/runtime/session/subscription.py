@@ -57,6 +57,9 @@ class Subscription:
         self.deltas = deltas
         self.overflowed = False
         self.closed: str | None = None
+        # Done once the other replicas have been told of this subscription (several
+        # replicas: a write elsewhere is announced here only after that); None: no need.
+        self.ready: asyncio.Future[None] | None = None
         self._limit = limit
         self._on_overflow = on_overflow
         self._items: deque[Item] = deque()
@@ -82,6 +85,15 @@ class Subscription:
         if self.closed is None:
             self.closed = reason
         self._wake.set()
+
+    async def announced(self, within: float = 2.0) -> None:
+        """Wait (at most `within` seconds: a stalled database must not hold the stream)
+        until the other replicas have been told of this subscription."""
+        if self.ready is None or self.ready.done():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await asyncio.shield(self.ready)
 
     def take_ephemeral(self) -> list[Ephemeral]:
         """The delta frames waiting, leaving committed events in place: a replay reads those
