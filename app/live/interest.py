@@ -22,11 +22,12 @@ writer heard of it is announced all the same, and a replica's text never has a h
 turn whose deltas went out sends its END whoever listens now, so no replica keeps the
 text of a turn that has ended.
 
-**When a replica cannot know**, it sends everything: after its listener (re)connects
-(interest messages may have been lost) until the others have answered its ask
-(`OPEN_SECONDS`, far longer than a NOTIFY's round trip; an answer that comes later still
-gets what was kept back, as a session new to it counts as fresh). A reconnecting replica
-re-announces all its sessions as fresh: what it missed while it was deaf is sent again.
+**When a replica cannot know**, it sends everything: while its listener is down, and after
+it (re)connects (interest messages may have been lost) until the others have answered its
+ask (`OPEN_SECONDS`, far longer than a NOTIFY's round trip; an answer that comes later
+still gets what was kept back, as a session new to it counts as fresh). A reconnecting
+replica re-announces all its sessions as fresh: what it missed while it was deaf is sent
+again.
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ class RemoteInterest:
         self._until: dict[Key, float] = {}
         self._open_until = float("inf")  # until the listener is first connected
         self.counters = {"interest_heard": 0}
+
+    def deaf(self) -> None:
+        """The listener is down: this replica hears no announcement, so it wants everything
+        until it listens again (as before any interest was known)."""
+        self._open_until = float("inf")
 
     def open(self) -> None:
         """Messages may have been missed (the listener (re)connected): want everything

@@ -192,6 +192,8 @@ class PostgresNotifyBus(EventBus):
                         await conn.execute(f'LISTEN "{CHANNEL}"')
         finally:
             self.listener["connected"] = False
+            if self.interest is not None:
+                self.interest.deaf()
             await _close(conn, graceful=not lost.is_set())
 
     def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:

@@ -74,6 +74,10 @@ def test_remote_interest_wants_what_others_listen_to_until_it_expires() -> None:
     assert interest.wants("u", "s")
     time.sleep(RENEW * 3.2)  # three renewals missed: forgotten
     assert not interest.wants("t", "s") and not interest.wants("u", "s")
+    interest.deaf()  # the listener is down: nothing can be heard, so everything is wanted
+    assert interest.wants("t", "s")
+    interest.open()
+    assert interest.wants("t", "s")
     interest.sweep()
     assert interest.stats()["interest_remote"] == 0
 
