@@ -93,19 +93,28 @@ class TurnText:
                 text.complete = False
         return message
 
-    def catch_up(self) -> list[dict[str, Any]]:
-        """One frame per kind with the whole text so far (kinds that are complete)."""
-        frames = []
+    def wholes(self) -> list[tuple[str, str]]:
+        """(kind, whole text so far) of each kind that is complete from offset 0."""
+        found = []
         for kind, text in self.texts.items():
             if not text.complete or not text.end:
-                continue
+                continue  # too long to keep, or begun elsewhere: no whole to give
             whole = "".join(text.chunks)
             text.chunks[:] = [whole]
-            message = DeltaMessage(
-                self.origin, "", "", self.run_id, self.turn_id, kind, 0, self.emitted_at, whole
-            )
-            frames.append({**message.frame(), "catch_up": True})
-        return frames
+            found.append((kind, whole))
+        return found
+
+    def catch_up(self) -> list[dict[str, Any]]:
+        """One frame per kind with the whole text so far (kinds that are complete)."""
+        return [
+            {
+                **DeltaMessage(
+                    self.origin, "", "", self.run_id, self.turn_id, kind, 0, self.emitted_at, whole
+                ).frame(),
+                "catch_up": True,
+            }
+            for kind, whole in self.wholes()
+        ]
 
 
 def _tail(message: DeltaMessage, skip: int) -> DeltaMessage:
@@ -234,11 +243,7 @@ class DeltaRelay:
         if (text.run_id, text.turn_id) != (outbox.run_id, outbox.turn_id):
             return
         payloads: list[str] = []
-        for kind, part in text.texts.items():
-            if not part.complete or not part.end:
-                continue  # too long to keep: the other replica starts mid-text
-            whole = "".join(part.chunks)
-            part.chunks[:] = [whole]
+        for kind, whole in text.wholes():  # a kind too long to keep: it starts mid-text there
             message = DeltaMessage(
                 self.origin, tenant_id, session_id, outbox.run_id, outbox.turn_id, kind, 0,
                 text.emitted_at, whole, outbox.after_seq,

@@ -39,10 +39,9 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.announce import NOTIFY_INTERVAL, PACK_BYTES, PacedChannel
+from app.store.announce import NOTIFY_INTERVAL, PACK_BYTES, PacedChannel, ascii_json
 
 log = logging.getLogger("app.live.deltas")
 
@@ -50,7 +49,6 @@ DELTA_CHANNEL = "asr_deltas"
 MAX_PAYLOAD_BYTES = PACK_BYTES  # PostgreSQL refuses 8000 and more
 END = "END"  # the kind of the message that ends a turn's text
 _VERSION = 2
-_ASCII_JSON = json.JSONEncoder(separators=(",", ":"))  # ensure_ascii, as the wire needs
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +84,7 @@ def encode(message: DeltaMessage) -> str:
     m = message
     fields = [_VERSION, m.origin, m.tenant_id, m.session_id, m.run_id, m.turn_id, m.kind]
     fields += [m.offset, round(m.emitted_at, 6), m.text, m.after_seq]
-    text = orjson.dumps(fields).decode()
-    return text if text.isascii() else _ASCII_JSON.encode(fields)
+    return ascii_json(fields)
 
 
 def decode(payload: str) -> DeltaMessage | None:

@@ -36,9 +36,7 @@ import json
 import time
 from collections.abc import Iterable
 
-import orjson
-
-from app.store.announce import PACK_BYTES
+from app.store.announce import PACK_BYTES, ascii_json
 
 INTEREST_CHANNEL = "asr_interest"
 ALL = ""  # a session of "" is every session of the tenant; a tenant of "" every tenant
@@ -54,14 +52,12 @@ Key = tuple[str, str]  # (tenant_id, session_id)
 def encode_interest(origin: str, keys: Iterable[Key], *, fresh: int) -> list[str]:
     """The payloads that announce `keys` (at least one: an ASK with none still asks),
     each under PostgreSQL's limit for a NOTIFY."""
-    head = orjson.dumps([_VERSION, origin, fresh]).decode()[:-1] + ",["
+    head = ascii_json([_VERSION, origin, fresh])[:-1] + ",["
     payloads: list[str] = []
     parts: list[str] = []
     size = len(head) + 2
     for key in keys:
-        part = orjson.dumps(list(key)).decode()
-        if not part.isascii():
-            part = json.dumps(list(key), separators=(",", ":"))
+        part = ascii_json(list(key))
         if len(head) + len(part) + 3 > PACK_BYTES:
             continue  # ids too long for any NOTIFY: their sessions are polled
         if parts and size + len(part) + 1 > PACK_BYTES:

@@ -40,11 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.runtime.ports import Wakeup
@@ -63,6 +66,7 @@ SUPPRESSED_CAPACITY = 10_000
 # The least time between two sends of wake-ups (ASR_SSE_NOTIFY_INTERVAL_MS), in seconds.
 NOTIFY_INTERVAL = 0.005
 _TOUCHED = "asr_touched_sessions"
+_ASCII_JSON = json.JSONEncoder(separators=(",", ":"))  # ensure_ascii
 # One statement for a batch; the transaction is a notification only, so it commits without
 # waiting for a WAL flush (synchronous_commit off for it alone): durability is the events'.
 _NOTIFY = (
@@ -122,6 +126,14 @@ class Pace:
     def hurry(self) -> None:
         """Let the send waiting for its turn (or the next one) go at once."""
         self._hurry.set()
+
+
+def ascii_json(value: Any) -> str:
+    """JSON text in ASCII (valid in any server encoding, its size in bytes known before it
+    is sent): orjson's when that is ASCII already (the common case, many times faster),
+    else `json`'s escaped."""
+    text = orjson.dumps(value).decode()
+    return text if text.isascii() else _ASCII_JSON.encode(value)
 
 
 def pack(payloads: list[str], limit: int = PACK_BYTES) -> list[str]:
@@ -240,22 +252,22 @@ class Notifier:
                     self._suppress(w)
                     continue
             self._queue(w.tenant_id, w.session_id, w.last_seq)
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start the sending task if wake-ups wait and none runs."""
         if self._pending and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     def _queue(self, tenant_id: str, session_id: str | None, last_seq: int | None) -> None:
         key = (tenant_id, session_id)
-        seq = self._pending.get(key)
-        self._pending[key] = last_seq if seq is None or last_seq is None else max(seq, last_seq)
+        self._pending[key] = _later(self._pending.get(key), last_seq)
 
     def _suppress(self, w: Wakeup) -> None:
         assert w.session_id is not None
         self.counters["suppressed"] += 1
         key = (w.tenant_id, w.session_id)
-        seq = self._suppressed.pop(key, None)
-        self._suppressed[key] = (
-            w.last_seq if seq is None or w.last_seq is None else max(seq, w.last_seq)
-        )
+        self._suppressed[key] = _later(self._suppressed.pop(key, None), w.last_seq)
         if len(self._suppressed) > SUPPRESSED_CAPACITY:
             self._suppressed.popitem(last=False)
 
@@ -274,8 +286,7 @@ class Notifier:
                 del self._suppressed[key]
             self._queue(tenant_id, None, None)
         self.counters["resent"] += 1
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+        self._kick()
 
     async def _drain(self) -> None:
         while self._pending:
@@ -296,6 +307,12 @@ class Notifier:
         """Wait until every posted wake-up was sent (shutdown, tests)."""
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
+
+
+def _later(seq: int | None, last_seq: int | None) -> int | None:
+    """The seq a coalesced wake-up carries: the higher one (the newer one if either is
+    unknown)."""
+    return last_seq if seq is None or last_seq is None else max(seq, last_seq)
 
 
 @dataclass(slots=True)
