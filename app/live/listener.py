@@ -96,6 +96,8 @@ class PostgresNotifyBus(EventBus):
             with contextlib.suppress(ValueError):
                 notifier.gates.remove(self.interest.wants)
         await super().stop()
+        if self._interest_out is not None:
+            await self._interest_out.close()
 
     # ------------------------------------------------------------------ interest
 

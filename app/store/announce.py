@@ -182,7 +182,9 @@ class PacedChannel:
         """Queue payloads for sending, in order."""
         self._queue.extend(payloads)
         if self._queue and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+            self._task = asyncio.get_running_loop().create_task(
+                self._drain(), name=f"asr-send-{self.channel}"
+            )
 
     def send_confirmed(self, payloads: list[str]) -> asyncio.Future[None]:
         """Queue payloads to go at once (not waiting out the interval); the future is done
@@ -217,6 +219,18 @@ class PacedChannel:
         while self._task is not None and not self._task.done():
             self._pace.hurry()
             await asyncio.shield(self._task)
+
+    async def close(self) -> None:
+        """Drop what waits and stop sending: for payloads that are no use once their sender
+        stops (an announcement of what it listens to)."""
+        self._queue.clear()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for done in self._confirms:
+            if not done.done():
+                done.set_result(None)
+        self._confirms.clear()
 
 
 # Whether some other replica listens to a session: (tenant_id, session_id) -> bool.
