@@ -64,6 +64,9 @@ APPEND_PARAMS = (
     "p_snapshot_hash",
 )
 APPEND_EVENTS = named_call("asr_append_events", APPEND_PARAMS)
+# The same append for events whose ids were made for this call (a first attempt): the
+# write-token check, a statement planned at every call, only answers a re-sent append.
+APPEND_FRESH = named_call("asr_append_fresh", APPEND_PARAMS)
 
 
 # NewEvent's fields that go to their columns as they are: every one but the type and the

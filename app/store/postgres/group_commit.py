@@ -5,14 +5,15 @@ the database spends its time on. Appends go out when `_may_send` says so: when n
 flight, or when a second call is free and at least as many appends wait as the call in
 flight carries. Otherwise they queue, and the call in flight takes them when it finishes.
 So a lone writer never waits, and two writers still go side by side, alone
-(`asr_append_events`); under many writers the two calls in flight are of like size, and the
-database works on one while this process readies the next, where a second call of one or two
-appends used to pay a whole call for them. What is queued goes out as one `asr_append_batch`
-(`sql/append_batch.sql`, up to `max_batch` appends). Two calls in flight, not more: with 16
-writers, more calls meant more commits and fewer shared ones, and less throughput on the
-2-core benchmark machine. Every item is the same conditional append, and each caller gets
-its own row back — so results, refusals and errors are per append, as if alone. Each caller
-returns only once its append is committed.
+(`asr_append_fresh`: `asr_append_events` without the write-token check, which an append
+whose event ids were just made cannot need); under many writers the two calls in flight are
+of like size, and the database works on one while this process readies the next, where a
+second call of one or two appends used to pay a whole call for them. What is queued goes
+out as one `asr_append_batch` (`sql/append_batch.sql`, up to `max_batch` appends). Two
+calls in flight, not more: with 16 writers, more calls meant more commits and fewer shared
+ones, and less throughput on the 2-core benchmark machine. Every item is the same
+conditional append, and each caller gets its own row back — so results, refusals and
+errors are per append, as if alone. Each caller returns only once its append is committed.
 
 If a batch call fails for any reason but an item's own refusal (which the function reports
 per item), its items are retried one by one with `asr_append_events`, so one item's failure
@@ -28,7 +29,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.postgres.calls import APPEND_EVENTS, APPEND_PARAMS, call, named_call
+from app.store.postgres.calls import APPEND_EVENTS, APPEND_FRESH, APPEND_PARAMS, call, named_call
 
 # An item's arguments are asr_append_events' (APPEND_PARAMS, in that order); in a batch each
 # becomes one array of per-item values, named as asr_append_batch names them.
@@ -77,7 +78,7 @@ class AppendGroups:
             self._inflight += 1
             self._items += 1
             try:
-                return await self._single(args)
+                return await self._single(args, fresh=True)
             finally:
                 self._inflight -= 1
                 self._items -= 1
@@ -110,13 +111,15 @@ class AppendGroups:
     async def _flush(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
         try:
             if len(batch) == 1:
-                await self._settle_alone(*batch[0])
+                await self._settle_alone(*batch[0], fresh=True)
                 return
             try:
                 rows = await self._batch([args for args, _ in batch])
             except Exception:
-                for args, future in batch:  # one item's failure must not be another's
-                    await self._settle_alone(args, future)
+                # One item's failure must not be another's. The batch may have committed
+                # and lost only its reply: these re-sent items are checked for their token.
+                for args, future in batch:
+                    await self._settle_alone(args, future, fresh=False)
                 return
             for i, (_, future) in enumerate(batch, start=1):
                 if not future.done():
@@ -126,9 +129,11 @@ class AppendGroups:
             self._items -= len(batch)
             self._kick()
 
-    async def _settle_alone(self, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
+    async def _settle_alone(
+        self, args: tuple[Any, ...], future: asyncio.Future[Any], *, fresh: bool
+    ) -> None:
         try:
-            row = await self._single(args)
+            row = await self._single(args, fresh=fresh)
         except Exception as exc:
             if not future.done():
                 future.set_exception(exc)
@@ -136,8 +141,11 @@ class AppendGroups:
             if not future.done():
                 future.set_result(row)
 
-    async def _single(self, args: tuple[Any, ...]) -> Any:
-        return await call(self.engine, APPEND_EVENTS, args, in_transaction=self.in_transaction)
+    async def _single(self, args: tuple[Any, ...], *, fresh: bool) -> Any:
+        """One append alone; `fresh`: its event ids were made for it and never sent, so it
+        cannot have committed before and skips the write-token check."""
+        sql = APPEND_FRESH if fresh else APPEND_EVENTS
+        return await call(self.engine, sql, args, in_transaction=self.in_transaction)
 
     async def _batch(self, items: list[tuple[Any, ...]]) -> dict[int, Any]:
         """One `asr_append_batch` call; rows by item (1-based), absent for a missing session."""

@@ -46,6 +46,7 @@ SOURCES = (
     "seal_idempotency",
     "create_session",
     "fork_session",
+    "append_fresh",
     "append_events",
     "append_batch",
     "session_tail",

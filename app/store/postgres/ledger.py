@@ -51,7 +51,7 @@ from app.store.base import (
 from app.store.idempotency import IdempotencyStore
 from app.store.ledger import EVENT_COLUMN_LIST, HISTORY_PRUNED, LedgerStore
 from app.store.payloads import Payloads
-from app.store.postgres.calls import APPEND_EVENTS, EventArrays, Refused, call_in, refusal
+from app.store.postgres.calls import APPEND_FRESH, EventArrays, Refused, call_in, refusal
 from app.store.postgres.database import PostgresDatabase
 from app.store.postgres.runs import PostgresRuns
 from app.store.postgres.writes import SESSION_COLUMNS, SPAN, FunctionWrites
@@ -268,7 +268,7 @@ class PostgresLedger(LedgerStore):
                 if conn is None:
                     row = await self.writes.append_groups.append(args)
                 else:
-                    row = await call_in(conn, APPEND_EVENTS, args)
+                    row = await call_in(conn, APPEND_FRESH, args)  # ids made just now
             except Refused as refused:
                 raise refusal(refused.cause, session_id=session_id) from None
         if row is None:

@@ -152,7 +152,8 @@ async def test_a_batch_or_append_sent_again_after_its_commit_applies_nothing_twi
     items = [args(a), args(b), args(a)]
     first = await pg.ledger.writes.append_groups._batch(items)
     again = await pg.ledger.writes.append_groups._batch(items)
-    alone = [await pg.ledger.writes.append_groups._single(item) for item in items]
+    groups = pg.ledger.writes.append_groups
+    alone = [await groups._single(item, fresh=False) for item in items]
     for i in (1, 2, 3):
         assert again[i]["appended"] and again[i]["first_seq"] == first[i]["first_seq"]
         assert again[i]["positions"] == first[i]["positions"]
@@ -182,9 +183,9 @@ async def test_a_failing_batch_is_retried_item_by_item(pg: Stores, tenant: Tenan
     gate = asyncio.Event()
     original = groups._single
 
-    async def held(a: tuple[Any, ...]) -> Any:
+    async def held(a: tuple[Any, ...], *, fresh: bool) -> Any:
         await gate.wait()
-        return await original(a)
+        return await original(a, fresh=fresh)
 
     groups._single = held  # type: ignore[method-assign]
     try:

@@ -3,7 +3,8 @@
 -- 1. scope the transaction to the tenant (the row-level policies bind it; SECURITY INVOKER
 --    keeps the caller's rights, so the app role stays walled in);
 -- 2. the write token: when the first event id is already in the ledger, this very append
---    committed before (a retry after a lost reply): answer with what it wrote, write nothing;
+--    committed before (a retry after a lost reply): answer with what it wrote, write nothing
+--    (a caller that knows its events were never sent skips this: asr_append_fresh);
 -- 3. reserve the seqs with the UPDATE of the session row (it takes the row lock, so appends
 --    to one session queue here and seqs come out gapless), only when the expected seq /
 --    version match (NULL: no condition); no row updated: return the row with appended false,
@@ -55,7 +56,6 @@ DECLARE
     n integer := coalesce(jsonb_array_length(p_events), 0);
     s sessions%ROWTYPE;
     v_first bigint;
-    v_xact bigint;
     v_positions bigint[];
 BEGIN
     PERFORM set_config('app.tenant_id', p_tenant, true);
@@ -85,52 +85,10 @@ BEGIN
         END IF;
     END IF;
 
-    UPDATE sessions AS x
-       SET last_seq = x.last_seq + n, version = x.version + 1, updated_at = p_now,
-           metadata = coalesce(p_metadata, x.metadata)
-     WHERE x.tenant_id = p_tenant AND x.session_id = p_session
-       AND (p_expected_seq IS NULL OR x.last_seq = p_expected_seq)
-       AND (p_expected_version IS NULL OR x.version = p_expected_version)
-    RETURNING x.* INTO s;
-
-    IF NOT FOUND THEN
-        SELECT x.* INTO s FROM sessions AS x
-         WHERE x.tenant_id = p_tenant AND x.session_id = p_session;
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
-        RETURN QUERY SELECT false, NULL::bigint, s.tenant_id, s.session_id,
-            s.root_session_id, s.parent_session_id, s.forked_from_seq, s.status, s.metadata,
-            s.agent, s.binding, s.last_seq, s.version, s.active_run_id, s.created_at,
-            s.updated_at, NULL::bigint, NULL::bigint[];
-        RETURN;
-    END IF;
-
-    v_first := s.last_seq - n + 1;
-    v_xact := pg_current_xact_id()::text::bigint;
-    v_positions := asr_insert_events(
-        p_tenant, p_session, s.last_seq, v_xact, p_now,
-        p_events
+    RETURN QUERY SELECT * FROM asr_append_fresh(
+        p_tenant, p_session, p_expected_seq, p_expected_version, p_now, p_events, p_idem_key,
+        p_idem_hash, p_idem_expires, p_metadata, p_snapshot_kind, p_snapshot_state,
+        p_snapshot_hash
     );
-    IF p_snapshot_kind IS NOT NULL THEN
-        PERFORM asr_insert_snapshot(
-            p_tenant, p_session, s.last_seq, p_snapshot_kind, p_snapshot_state, p_snapshot_hash,
-            p_now
-        );
-    END IF;
-    IF p_idem_key IS NOT NULL THEN
-        PERFORM asr_seal_idempotency(
-            p_tenant, p_idem_key, p_idem_hash, p_now, p_idem_expires,
-            jsonb_build_object(
-                'session_id', p_session, 'first_seq', v_first, 'last_seq', s.last_seq,
-                'version', s.version
-            )
-        );
-    END IF;
-
-    RETURN QUERY SELECT true, v_first, s.tenant_id, s.session_id, s.root_session_id,
-        s.parent_session_id, s.forked_from_seq, s.status, s.metadata, s.agent, s.binding,
-        s.last_seq, s.version, s.active_run_id, s.created_at, s.updated_at,
-        v_xact, v_positions;
 END
 $fn$;
