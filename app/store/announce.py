@@ -210,9 +210,7 @@ class PacedChannel:
                 log.warning("sending %d payloads on %s failed", len(payloads), self.channel,
                             exc_info=True)  # fmt: skip
             finally:
-                for done in confirms:
-                    if not done.done():
-                        done.set_result(None)
+                _release(confirms)
 
     async def flush(self) -> None:
         """Wait until every payload queued so far has been sent, sending what waits at once."""
@@ -227,10 +225,15 @@ class PacedChannel:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for done in self._confirms:
-            if not done.done():
-                done.set_result(None)
-        self._confirms.clear()
+        confirms, self._confirms = self._confirms, []
+        _release(confirms)
+
+
+def _release(confirms: list[asyncio.Future[None]]) -> None:
+    """Wake whoever waits for these payloads' send (sent, failed or dropped alike)."""
+    for done in confirms:
+        if not done.done():
+            done.set_result(None)
 
 
 # Whether some other replica listens to a session: (tenant_id, session_id) -> bool.
