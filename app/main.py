@@ -32,7 +32,7 @@ from app.api.http.problems import install_problem_handlers
 from app.api.mcp.endpoint import McpEndpoint
 from app.api.openapi.document import install_openapi, operation_id
 from app.api.ops.metrics_token import MetricsTokenMiddleware
-from app.api.routes import include_routers
+from app.api.routes import documented_paths, include_routers
 from app.api.streams.revocation import StreamRevocationMiddleware
 from app.assembly import open_services
 from app.live.stream_response import StreamShutdown
@@ -104,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         split_origins(settings.cors_origins),
         headers=split_origins(settings.cors_allow_headers),
     )
-    install_openapi(app)
+    install_openapi(app, documented_paths())
     return app
 
 

@@ -140,8 +140,9 @@ def operation_id(route: APIRoute) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Replace `app.openapi` with the contract builder (cached after the first call)."""
+def install_openapi(app: FastAPI, paths: list[str]) -> None:
+    """Replace `app.openapi` with the contract builder (cached after the first call).
+    `paths`: the order the document lists them in, whatever order the app matches them."""
 
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -150,6 +151,11 @@ def install_openapi(app: FastAPI) -> None:
                 version=app.version,
                 description=app.description,
                 routes=app.routes,
+            )
+            found = document.get("paths", {})
+            order = {path: i for i, path in enumerate(paths)}
+            document["paths"] = dict(
+                sorted(found.items(), key=lambda item: order.get(item[0], len(order)))
             )
             app.openapi_schema = contract(document)
         return app.openapi_schema
