@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 from typing import Any
 
@@ -75,6 +76,10 @@ class PostgresNotifyBus(EventBus):
                 min_interval=min_interval,
             )
             self.deltas.wanted = self.interest.wants
+        # Sessions this replica announced fresh, and when (loop time of the send), while
+        # the others still hold them: a new topic on one needs no announcement of its own.
+        self._told: dict[tuple[str, str], float] = {}
+        self._asks = 0  # ASKs heard: an announcement sent before one may not have been heard
         # A read replica's fence is every session's head, which every wake-up carries.
         self._wants_everything = store.db.replicas is not None
         # Operators (and the tests) find this process's listener by this name.
@@ -102,13 +107,31 @@ class PostgresNotifyBus(EventBus):
     # ------------------------------------------------------------------ interest
 
     def _listening(self, tenant_id: str, session_id: str | None) -> asyncio.Future[None] | None:
-        if self._interest_out is None:
+        if self._interest_out is None or self.interest is None:
             return None
         key = (tenant_id, ALL if session_id is None else session_id)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self._told.get(key, -math.inf) < self.interest.renew_seconds:
+            # Announced less than a renewal ago (a conversation's next run): the others
+            # keep it for two renewals more, and this topic's renewals extend that.
+            return None
         payloads = encode_interest(self.deltas.origin, [key], fresh=FRESH)
+        if not payloads:
+            return None
         # At once, and the stream waits for it: a client that saw the stream open and then
         # wrote through another replica must find that replica told.
-        return self._interest_out.send_confirmed(payloads) if payloads else None
+        out, failures, asks = self._interest_out, self._interest_out.failures, self._asks
+        sent = out.send_confirmed(payloads)
+
+        def told(_: asyncio.Future[None]) -> None:
+            # Only an announcement known to have gone, to replicas that have not asked
+            # since (one that asks may have missed it), spares the next one.
+            if out.failures == failures and self._asks == asks:
+                self._told[key] = now
+
+        sent.add_done_callback(told)
+        return sent
 
     def _announce(self, keys: list[tuple[str, str]], *, fresh: int) -> None:
         if self._interest_out is None:
@@ -128,6 +151,8 @@ class PostgresNotifyBus(EventBus):
         while True:
             await asyncio.sleep(self.interest.renew_seconds)
             self.interest.sweep()
+            since = asyncio.get_running_loop().time() - self.interest.renew_seconds
+            self._told = {key: at for key, at in self._told.items() if at > since}
             self._announce_all(fresh=RENEWAL)
 
     def _on_interest(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
@@ -136,6 +161,8 @@ class PostgresNotifyBus(EventBus):
         notifier = self._store.db.announcer.notifier
         keys, asked = self.interest.heard(payload)
         if asked:  # a replica that just connected: it wants to hear this one's at once
+            self._asks += 1
+            self._told.clear()
             self._announce_all(fresh=RENEWAL)
         for tenant_id, session_id in keys:
             if tenant_id == ALL:

@@ -154,8 +154,8 @@ async def pg_listener(store: Stores, *channels: str) -> AsyncIterator[list[tuple
         await conn.close()
 
 
-async def started_bus(store: Stores, settings: Settings) -> PostgresNotifyBus:
-    bus = make_bus(settings.model_copy(update={"sse_interest_renew_seconds": RENEW}), store.ledger)
+async def started_bus(store: Stores, settings: Settings, renew: float = RENEW) -> PostgresNotifyBus:
+    bus = make_bus(settings.model_copy(update={"sse_interest_renew_seconds": renew}), store.ledger)
     assert isinstance(bus, PostgresNotifyBus)
     await bus.start()
     for _ in range(200):  # bounded: 10 s
@@ -246,6 +246,48 @@ async def test_a_replica_that_subscribes_mid_turn_gets_the_whole_text_and_the_re
     finally:
         await other.stop()
         await owner.stop()
+
+
+async def test_a_session_announced_less_than_a_renewal_ago_is_not_announced_again(
+    store: Stores, settings: Settings
+) -> None:
+    """A conversation's next run opens its stream on a session this replica announced a
+    moment ago: the others still hold it, so no NOTIFY, and the stream does not wait. A
+    replica that asks (it may have missed the announcement) makes the next one go."""
+    if store.dialect != "postgresql":
+        pytest.skip("interest crosses replicas by NOTIFY on PostgreSQL only")
+    renew = 3.0  # long enough for a busy machine to open three topics inside one
+    bus = await started_bus(store, settings, renew=renew)
+    key = ("t-told", "s-told")
+    try:
+        async with pg_listener(store, INTEREST_CHANNEL) as heard:
+
+            def fresh() -> list[list[tuple[str, str]]]:
+                return [
+                    keys
+                    for _, payload in heard
+                    for origin, kind, keys in decode_interest(payload)
+                    if kind == FRESH and origin == bus.deltas.origin
+                ]
+
+            with bus.subscribe(*key, head=0) as sub:
+                assert sub.ready is not None
+                await sub.announced()
+            await until(lambda: len(fresh()) == 1)
+            with bus.subscribe(*key, head=0) as sub:  # the next run, a moment later
+                assert sub.ready is None
+            assert bus.interest is not None
+            await _notify(store, INTEREST_CHANNEL, encode_interest("other", [], fresh=ASK)[0])
+            await until(
+                lambda: bus.interest is not None and bus.interest.counters["interest_heard"] > 0
+            )
+            with bus.subscribe(*key, head=0) as sub:
+                assert sub.ready is not None
+                await sub.announced()
+            await until(lambda: len(fresh()) == 2)
+            assert fresh() == [[key], [key]]
+    finally:
+        await bus.stop()
 
 
 def _item(text: str) -> NewEvent:
