@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from app.live.bus import EventBus
@@ -46,7 +47,6 @@ from app.runtime.session.erasure import Eraser, Workspaces
 from app.runtime.session.redaction import Redactor
 from app.runtime.session.retention import Retention, RetentionPolicy
 from app.runtime.session.service import Limits, SessionRuntime
-from app.runtime.tools.mcp.catalog import McpCatalog
 from app.runtime.tools.mcp.config import McpServerConfig, parse_servers
 from app.runtime.tools.processes import ProcessManager
 from app.runtime.tools.registry import ToolContext, ToolRegistry
@@ -63,6 +63,9 @@ from app.store.migrations import script_revisions
 from app.store.replicas import Replica, ReplicaSet
 from app.store.stores import Stores, open_stores
 from app.store.webhooks import WebhookStore
+
+if TYPE_CHECKING:
+    from app.runtime.tools.mcp.catalog import McpCatalog
 
 __all__ = ["build_models", "known_tool_names", "open_services", "runtime_over"]
 
@@ -303,6 +306,10 @@ async def enter_tools(
     timeout = settings.delegation_timeout_seconds + 5
     registry.register(delegate_tool(delegator, timeout_seconds=timeout))
     registry.register(update_state_tool(runtime))
+    # The MCP SDK loads here, with the service, not for each `asr` command that imports this
+    # module (it is a second of a command's start).
+    from app.runtime.tools.mcp.catalog import McpCatalog
+
     catalog = McpCatalog(
         servers,
         registry,
