@@ -10,6 +10,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from app.settings import Settings
+from app.store.engine import make_engine
 from app.store.postgres.check_in import check_in
 from app.store.stores import Stores
 
@@ -72,3 +74,28 @@ async def test_a_cancelled_caller_still_returns_the_connection(engine: AsyncEngi
             break
         await asyncio.sleep(0.01)
     assert _checked_out(engine) == before
+
+
+async def test_a_connection_beyond_the_pool_is_closed_when_it_comes_back(
+    settings: Settings,
+) -> None:
+    """The pool has room for one: the second connection back is an overflow one, which the
+    return must close (on the wire) rather than keep."""
+    engine = make_engine(settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 1}))
+    pool: Any = engine.pool
+    try:
+        first = await engine.raw_connection()
+        second = await engine.raw_connection()
+        driver: Any = second.driver_connection
+        await check_in(first)
+        assert pool.checkedin() == 1
+        await check_in(second)
+        assert driver.is_closed()
+        assert pool.checkedout() == 0
+        assert pool.checkedin() == 1
+        again = await engine.raw_connection()
+        fresh: Any = again.driver_connection
+        assert await fresh.fetchval("SELECT 1") == 1
+        await check_in(again)
+    finally:
+        await engine.dispose()
