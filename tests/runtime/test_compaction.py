@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.runtime.memory.calibration import scaled
 from app.runtime.memory.compaction import (
     CompactionFailed,
     CompactionPolicy,
@@ -18,8 +19,9 @@ from app.runtime.memory.compaction import (
     shrink_tool_results,
     truncate,
 )
-from app.runtime.memory.context import project
-from app.runtime.session.projector import evict_to_window
+from app.runtime.memory.context import project, projection
+from app.runtime.memory.items import estimate_tokens
+from app.runtime.session.projector import cut_points, evict_to_window
 from app.runtime.session.state import SessionState
 
 
@@ -99,6 +101,48 @@ def test_projection_keeps_the_newest_whole_interactions_within_budget() -> None:
 
 
 kinds = st.sampled_from(["user", "assistant", "pair"])
+
+
+def projected_by_definition(
+    items: list[dict[str, Any]], summary: str | None, budget: int | None, ratio: float
+) -> tuple[list[dict[str, Any]], int, int]:
+    """What `projection` keeps and its estimates before and after, by its definition: the
+    longest suffix starting at a cut whose own estimate fits, else the newest interaction."""
+
+    def estimate(part: list[dict[str, Any]]) -> int:
+        return scaled(estimate_tokens(part, summary), ratio)
+
+    kept = items
+    if budget is not None and estimate(items) > budget:
+        cuts = cut_points(items)
+        fitting = [c for c in cuts if estimate(items[c:]) <= budget]
+        if fitting:
+            kept = items[fitting[0] :]
+        elif cuts:
+            kept = items[cuts[-1] :]
+    return kept, estimate(items), estimate(kept)
+
+
+@given(
+    st.lists(st.tuples(kinds, st.integers(0, 300)), max_size=40),
+    st.none() | st.text(max_size=200),
+    st.none() | st.integers(1, 3000),
+    st.sampled_from([1.0, 0.75, 1.3]),
+)
+def test_projection_keeps_what_its_definition_keeps(
+    plan: list[tuple[str, int]], summary: str | None, budget: int | None, ratio: float
+) -> None:
+    items: list[dict[str, Any]] = []
+    for i, (kind, size) in enumerate(plan):
+        if kind == "pair":
+            items += [call(f"c{i}"), output(f"c{i}", "o" * size)]
+        else:
+            items.append((user if kind == "user" else assistant)("w" * size))
+    kept, report = projection(items, summary, budget, ratio)
+    expected, before, after = projected_by_definition(items, summary, budget, ratio)
+    assert kept == expected
+    assert (report.tokens_before, report.tokens_after) == (before, after)
+    assert report.items_dropped == len(items) - len(kept)
 
 
 @given(st.lists(kinds, max_size=40), st.integers(1, 12))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.runtime.memory.calibration import scaled
-from app.runtime.memory.items import estimate_tokens
+from app.runtime.memory.items import estimate_tokens, item_text
 from app.runtime.session.event_payloads import ProjectionReport
 from app.runtime.session.projector import cut_points
 
@@ -29,20 +29,29 @@ def projection(
     records when the projection dropped items. `ratio` is the calibration of the estimate
     for the model the prompt is for (calibration.py; 1.0: the heuristic as is)."""
 
-    def estimate(part: list[dict[str, Any]]) -> int:
-        return scaled(estimate_tokens(part, summary), ratio)
+    extra = len(summary or "")
 
-    before = estimate(items)
-    kept = items
+    def tokens(chars: int, count: int) -> int:
+        """`estimate_tokens` of `count` items of `chars` characters, scaled."""
+        return scaled((chars + extra) // 4 + 4 * count, ratio)
+
+    before = scaled(estimate_tokens(items, summary), ratio)
+    kept, after = items, before  # nothing cut (the common case): one pass over memory
     if budget is not None and before > budget:
+        # The longest suffix starting at a cut that fits. Each suffix's size comes from one
+        # running sum, not a pass of its own: estimating every suffix afresh made a long
+        # session over its budget cost time quadratic in its memory, on every model call.
         cuts = cut_points(items)
-        fitting = [c for c in cuts if estimate(items[c:]) <= budget]
-        if fitting:
-            kept = items[fitting[0] :]
-        elif cuts:
-            kept = items[cuts[-1] :]  # the newest interaction alone, even if over budget
-    # Nothing cut (the common case): the estimate is the one just made, not a second pass.
-    after = before if kept is items else estimate(kept)
+        sizes = [len(item_text(item)) for item in items]
+        total, upto, at = sum(sizes), 0, 0
+        for cut in cuts:
+            upto += sum(sizes[at:cut])
+            at = cut
+            if tokens(total - upto, len(items) - cut) <= budget:
+                break
+        # If none fits, the loop ended at the newest interaction: kept alone, though over.
+        if at:
+            kept, after = items[at:], tokens(total - upto, len(items) - at)
     report = ProjectionReport(
         budget=budget,
         tokens_before=before,
