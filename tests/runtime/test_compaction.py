@@ -21,7 +21,7 @@ from app.runtime.memory.compaction import (
 )
 from app.runtime.memory.context import project, projection
 from app.runtime.memory.items import estimate_tokens
-from app.runtime.session.projector import cut_points, evict_to_window
+from app.runtime.session.projector import cut_points, cuts_newest_first, evict_to_window
 from app.runtime.session.state import SessionState
 
 
@@ -123,6 +123,18 @@ def projected_by_definition(
     return kept, estimate(items), estimate(kept)
 
 
+@given(st.lists(st.sampled_from(["user", "assistant", "call", "output"]), max_size=30))
+def test_cuts_newest_first_are_the_cut_points_reversed(plan: list[str]) -> None:
+    made = {
+        "user": user("u"),
+        "assistant": assistant("a"),
+        "call": call("c"),
+        "output": output("c", "o"),
+    }
+    items = [made[kind] for kind in plan]
+    assert list(cuts_newest_first(items)) == cut_points(items)[::-1]
+
+
 @given(
     st.lists(st.tuples(kinds, st.integers(0, 300)), max_size=40),
     st.none() | st.text(max_size=200),
@@ -138,11 +150,15 @@ def test_projection_keeps_what_its_definition_keeps(
             items += [call(f"c{i}"), output(f"c{i}", "o" * size)]
         else:
             items.append((user if kind == "user" else assistant)("w" * size))
-    kept, report = projection(items, summary, budget, ratio)
-    expected, before, after = projected_by_definition(items, summary, budget, ratio)
-    assert kept == expected
-    assert (report.tokens_before, report.tokens_after) == (before, after)
-    assert report.items_dropped == len(items) - len(kept)
+    # The given budget, and those on each side of every suffix's own estimate.
+    edges = {scaled(estimate_tokens(items[c:], summary), ratio) + d for c in cut_points(items)
+             for d in (-1, 0, 1)}  # fmt: skip
+    for limit in {budget, *edges}:
+        kept, report = projection(items, summary, limit, ratio)
+        expected, before, after = projected_by_definition(items, summary, limit, ratio)
+        assert kept == expected
+        assert (report.tokens_before, report.tokens_after) == (before, after)
+        assert report.items_dropped == len(items) - len(kept)
 
 
 @given(st.lists(kinds, max_size=40), st.integers(1, 12))

@@ -11,7 +11,7 @@ from typing import Any
 from app.runtime.memory.calibration import scaled
 from app.runtime.memory.items import estimate_tokens, item_text
 from app.runtime.session.event_payloads import ProjectionReport
-from app.runtime.session.projector import cut_points
+from app.runtime.session.projector import cuts_newest_first
 
 
 def project(
@@ -38,20 +38,19 @@ def projection(
     before = scaled(estimate_tokens(items, summary), ratio)
     kept, after = items, before  # nothing cut (the common case): one pass over memory
     if budget is not None and before > budget:
-        # The longest suffix starting at a cut that fits. Each suffix's size comes from one
-        # running sum, not a pass of its own: estimating every suffix afresh made a long
-        # session over its budget cost time quadratic in its memory, on every model call.
-        cuts = cut_points(items)
-        sizes = [len(item_text(item)) for item in items]
-        total, upto, at = sum(sizes), 0, 0
-        for cut in cuts:
-            upto += sum(sizes[at:cut])
-            at = cut
-            if tokens(total - upto, len(items) - cut) <= budget:
+        # The longest suffix from a cut that fits, else the newest interaction alone. Walked
+        # from the newest cut back, and stopped at the first that does not fit: a longer
+        # suffix never estimates smaller. So a long memory over its budget costs what is
+        # kept, where estimating every suffix afresh cost time quadratic in the memory.
+        best, best_chars, chars, counted = 0, 0, 0, len(items)
+        for cut in cuts_newest_first(items):
+            chars += sum(len(item_text(item)) for item in items[cut:counted])
+            counted = cut
+            if best and tokens(chars, len(items) - cut) > budget:
                 break
-        # If none fits, the loop ended at the newest interaction: kept alone, though over.
-        if at:
-            kept, after = items[at:], tokens(total - upto, len(items) - at)
+            best, best_chars = cut, chars
+        if best:
+            kept, after = items[best:], tokens(best_chars, len(items) - best)
     report = ProjectionReport(
         budget=budget,
         tokens_before=before,

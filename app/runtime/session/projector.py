@@ -13,7 +13,7 @@ payloads of every release, and folding a long one must not build an object per e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from app.runtime.errors import InvalidPatch
@@ -236,6 +236,19 @@ def cut_points(items: list[dict[str, Any]]) -> list[int]:
     if not cuts and not any(_is_user_message(i) for i in items):
         cuts = [i for i, item in enumerate(items) if i > 0 and not _is_output(item)]
     return cuts
+
+
+def cuts_newest_first(items: list[dict[str, Any]]) -> Iterator[int]:
+    """`cut_points(items)`, newest first and found lazily: a caller that stops early reads
+    only the items after where it stopped (unless memory has no user message after its
+    first item, which takes one pass to learn)."""
+    users = (i for i in range(len(items) - 1, 0, -1) if _is_user_message(items[i]))
+    newest = next(users, None)
+    if newest is not None:
+        yield newest
+        yield from users
+    elif not (items and _is_user_message(items[0])):
+        yield from (i for i in range(len(items) - 1, 0, -1) if not _is_output(items[i]))
 
 
 def evict_to_window(items: list[dict[str, Any]], max_items: int | None) -> list[dict[str, Any]]:
