@@ -177,3 +177,27 @@ def test_window_eviction_never_orphans(plan: list[str], window: int) -> None:
     if len(kept) < len(items) and any(i.get("role") == "user" for i in items):
         # An assistant reply never outlives the user input that caused it.
         assert kept[0].get("role") == "user"
+
+
+def test_projection_over_budget_reads_each_item_at_most_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Work linear in memory, not quadratic: one estimate of the whole, then the kept
+    suffix, read newest first (counted, not timed)."""
+    import app.runtime.memory.context as context
+    import app.runtime.memory.items as memory_items
+
+    reads = 0
+    plain = memory_items.item_text
+
+    def counted(item: dict[str, Any]) -> str:
+        nonlocal reads
+        reads += 1
+        return plain(item)
+
+    monkeypatch.setattr(memory_items, "item_text", counted)
+    monkeypatch.setattr(context, "item_text", counted, raising=False)
+    items = [user("q " * 50) if i % 2 == 0 else assistant("a " * 50) for i in range(4000)]
+    kept, report = projection(items, None, budget=2_000, ratio=1.0)
+    assert 0 < len(kept) < 200 and report.fits
+    assert reads <= 2 * len(items)
