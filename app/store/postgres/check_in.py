@@ -41,10 +41,12 @@ def _returns_in_place(fairy: Any) -> bool:
     is closed). Anything unlike what this knows of SQLAlchemy's pool and asyncpg adapter
     takes the general path."""
     pool = getattr(fairy, "_pool", None)
+    adapter = fairy.dbapi_connection
     return (
         isinstance(pool, QueuePool)
         and fairy.is_valid
-        and getattr(fairy.dbapi_connection, "_transaction", False) is None
+        and getattr(adapter, "_transaction", False) is None
+        and not getattr(adapter, "_started", False)  # SQLAlchemy 2.0's rollback asks this
         and pool.checkedin() < pool.size()
     )
 
