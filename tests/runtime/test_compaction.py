@@ -196,7 +196,7 @@ def test_projection_over_budget_reads_each_item_at_most_twice(
         return plain(item)
 
     monkeypatch.setattr(memory_items, "item_text", counted)
-    monkeypatch.setattr(context, "item_text", counted, raising=False)
+    monkeypatch.setattr(context, "item_text", counted)
     items = [user("q " * 50) if i % 2 == 0 else assistant("a " * 50) for i in range(4000)]
     kept, report = projection(items, None, budget=2_000, ratio=1.0)
     assert 0 < len(kept) < 200 and report.fits

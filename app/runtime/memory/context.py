@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.runtime.memory.calibration import scaled
-from app.runtime.memory.items import estimate_tokens, item_text
+from app.runtime.memory.items import estimate_tokens, item_text, tokens_for
 from app.runtime.session.event_payloads import ProjectionReport
 from app.runtime.session.projector import cuts_newest_first
 
@@ -29,11 +29,8 @@ def projection(
     records when the projection dropped items. `ratio` is the calibration of the estimate
     for the model the prompt is for (calibration.py; 1.0: the heuristic as is)."""
 
-    extra = len(summary or "")
-
     def tokens(chars: int, count: int) -> int:
-        """`estimate_tokens` of `count` items of `chars` characters, scaled."""
-        return scaled((chars + extra) // 4 + 4 * count, ratio)
+        return scaled(tokens_for(chars, count, summary), ratio)
 
     before = scaled(estimate_tokens(items, summary), ratio)
     kept, after = items, before  # nothing cut (the common case): one pass over memory

@@ -135,5 +135,10 @@ def item_text(item: dict[str, Any]) -> str:
 
 def estimate_tokens(items: list[dict[str, Any]], summary: str | None = None) -> int:
     """A cheap, download-free token estimate: about four characters a token, plus framing."""
-    chars = sum(map(len, map(item_text, items))) + len(summary or "")
-    return chars // 4 + 4 * len(items)
+    return tokens_for(sum(map(len, map(item_text, items))), len(items), summary)
+
+
+def tokens_for(chars: int, count: int, summary: str | None = None) -> int:
+    """`estimate_tokens` of `count` items whose `item_text` is `chars` characters long in
+    all: for a caller that sums the characters itself (one suffix after another)."""
+    return (chars + len(summary or "")) // 4 + 4 * count
