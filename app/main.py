@@ -29,6 +29,7 @@ from app.api.http.access import AccessMiddleware
 from app.api.http.cors import install_cors
 from app.api.http.limits import BodyLimitMiddleware
 from app.api.http.problems import install_problem_handlers
+from app.api.http.query import SingleValuedQuery
 from app.api.mcp.endpoint import McpEndpoint
 from app.api.openapi.document import install_openapi, operation_id
 from app.api.ops.metrics_token import MetricsTokenMiddleware
@@ -91,7 +92,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.otel_enabled:
         configure_tracing(settings, app)
     routes = include_routers(app, mcp=mcp, debug_endpoints=settings.debug_endpoints)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, query=SingleValuedQuery(routes)
+    )
     app.add_middleware(StreamRevocationMiddleware)
     if settings.metrics_token is not None and settings.metrics_token.get_secret_value():
         app.add_middleware(MetricsTokenMiddleware, token=settings.metrics_token.get_secret_value())

@@ -8,6 +8,9 @@ A JSON body that arrives whole is then scanned (`scan_json_bytes`, linear, no re
 and refused with 422 when it nests deeper than `MAX_JSON_DEPTH` (`json_too_deep`) or holds
 NaN / Infinity (`non_finite_number`): the parser and every later reader of a stored value
 walk it recursively, so depth has to be bounded before anything parses it.
+
+The query is held to its shape here too, before routing: no NUL (400), and no repeat of a
+parameter its route reads one value of (422, `app.api.http.query`).
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.http.problems import MEDIA_TYPE, problem_body, problem_response
+from app.api.http.query import SingleValuedQuery
 from app.runtime.errors import InvalidRequest
 from app.runtime.session.json_limits import scan_json_bytes
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, query: SingleValuedQuery | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.query = query
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and _has_nul(scope):
@@ -37,6 +44,11 @@ class BodyLimitMiddleware:
             )
             await response(scope, receive, send)
             return
+        if scope["type"] == "http" and self.query is not None:
+            repeated = self.query.refusal(scope)
+            if repeated is not None:
+                await repeated(scope, receive, send)
+                return
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await self.app(scope, receive, send)
             return

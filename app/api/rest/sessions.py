@@ -24,6 +24,7 @@ from app.api.http.idempotency import idempotent
 from app.api.http.inputs import MAX_SEQ
 from app.api.http.pages import cut, decode_cursor
 from app.api.http.problems import problem_responses
+from app.api.http.query import prefixed
 from app.api.rest.schemas import (
     AppendRead,
     ForkRequest,
@@ -152,11 +153,7 @@ async def list_sessions(
     with `metadata.<key>=<value>` query parameters (string equality, all must match).
     """
     # Metadata filters: ?metadata.user=alice&metadata.team=x (string equality, ANDed).
-    filters = {
-        k.removeprefix("metadata."): v
-        for k, v in request.query_params.items()
-        if k.startswith("metadata.") and len(k) > len("metadata.")
-    }
+    filters = prefixed(request.query_params.multi_items(), "metadata.")
     page = min(limit, settings.page_limit_max)
     after = decode_cursor(cursor)
     rows = await runtime.list(
