@@ -23,13 +23,16 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.jsonrpc_models import JSONParseError
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.routes.rest_dispatcher import RestDispatcher
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
+from a2a.utils.error_handlers import build_rest_error_payload
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from google.protobuf.json_format import ParseError
 from starlette.requests import Request as StarletteRequest
 
 from app.api.a2a.cards import REST_SUFFIX, CardMaker
@@ -76,14 +79,28 @@ class _CallContext(DefaultServerCallContextBuilder):
         return context
 
 
-async def _default_version(request: Request) -> str | None:
+# JSON text is UTF-8 (RFC 8259). The SDK decodes a body without catching a decoding error,
+# so other bytes would be answered as its own fault (-32603 with a traceback in our log on
+# JSON-RPC, a 500 on HTTP+JSON); they are refused first, as its malformed JSON is.
+NOT_UTF8 = "the request body is not UTF-8 text, so it is not JSON"
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _default_version(body: bytes) -> str | None:
     """1.0 for a call of one of 1.0's method names without `A2A-Version` (the SDK would
     assume 0.3, whose method names differ: the name alone says which one is meant)."""
     try:
-        body = json.loads(await request.body())  # kept by the request for the dispatcher
+        call = json.loads(body)
     except ValueError:
         return None
-    method = body.get("method") if isinstance(body, dict) else None
+    method = call.get("method") if isinstance(call, dict) else None
     if not isinstance(method, str):
         return None  # the dispatcher refuses it (-32600)
     return PROTOCOL_VERSION_1_0 if method in JsonRpcDispatcher.METHOD_TO_MODEL else None
@@ -97,13 +114,14 @@ def _card(request: Request, services: Services, agent_name: str | None) -> JSONR
 async def _dispatch(
     request: Request, tenant: Principal, services: Services, agent_name: str | None
 ) -> Response:
+    body = await request.body()  # kept by the request for the dispatcher
+    if not _is_utf8(body):
+        return JSONResponse(build_error_response(None, JSONParseError(message=NOT_UTF8)))
     cards = CardMaker(services.blueprints, agent_name, str(request.base_url))
     handler = A2aHandler(services, tenant_id=tenant.tenant_id, agent_name=agent_name, cards=cards)
     dispatcher = JsonRpcDispatcher(
         request_handler=handler,
-        context_builder=_CallContext(
-            tenant.tenant_id, default_version=await _default_version(request)
-        ),
+        context_builder=_CallContext(tenant.tenant_id, default_version=_default_version(body)),
         enable_v0_3_compat=True,
     )
     return await dispatcher.handle_requests(request)
@@ -195,6 +213,8 @@ async def _rest(
 ) -> Response:
     """One HTTP+JSON call: its paths name only 1.0's methods, so a call without
     `A2A-Version` is taken as 1.0 (the SDK would assume 0.3 and refuse it)."""
+    if not _is_utf8(await request.body()):  # kept by the request for the dispatcher
+        return JSONResponse(build_rest_error_payload(ParseError(NOT_UTF8)), status_code=400)
     cards = CardMaker(services.blueprints, agent_name, str(request.base_url))
     handler = A2aHandler(services, tenant_id=tenant.tenant_id, agent_name=agent_name, cards=cards)
     dispatcher = RestDispatcher(

@@ -3,6 +3,7 @@ it: the card announces it after JSON-RPC, and it answers the same methods."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
@@ -126,6 +127,17 @@ async def test_http_json_errors_are_a2a_s_and_never_a_500(http: httpx.AsyncClien
         bad.text,
         empty.text,
     )
+
+
+async def test_http_json_refuses_a_body_that_is_not_utf8_as_malformed(
+    http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="a2a"):
+        for body in (b'{"message": {"role": "\xb5"}}', b"\xb5"):
+            bad = await http.post("/a2a/rest/message:send", content=body)
+            assert bad.status_code == 400, bad.text
+            assert bad.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 async def test_http_json_needs_a_key(rest_app: object) -> None:

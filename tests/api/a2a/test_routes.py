@@ -260,3 +260,17 @@ async def test_a_callers_malformed_request_leaves_no_traceback_in_the_log(
         assert answered.json()["error"]["code"] == -32602
     dispatcher = [r for r in caplog.records if r.name.startswith("a2a.server.routes")]
     assert dispatcher and all(r.exc_info is None for r in dispatcher)
+
+
+async def test_a_body_that_is_not_utf8_is_a_parse_error(
+    http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON text is UTF-8: other bytes are malformed JSON (-32700), as the SDK answers any
+    other, not its own fault (-32603, with a traceback in the log)."""
+    with caplog.at_level(logging.INFO, logger="a2a"):
+        for body in (b'{"jsonrpc": "2.0", "id": 1, "method": "\xb5"}', b"\xb5", b"\xff\xfe"):
+            bad = await http.post("/a2a", content=body, headers={"A2A-Version": "1.0"})
+            assert bad.status_code == 200, bad.text
+            assert bad.json()["error"]["code"] == -32700
+            assert bad.json()["id"] is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
