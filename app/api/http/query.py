@@ -70,6 +70,15 @@ def repeated(query_string: bytes) -> set[str]:
     return {name for name, count in counts.items() if count > 1}
 
 
+def _repeat_error(name: str) -> dict[str, Any]:
+    """A repeated parameter's entry in a 422's `errors`, shaped as FastAPI's own."""
+    return {
+        "loc": ["query", name],
+        "msg": "this parameter takes one value; it was given more than once",
+        "type": "repeated_parameter",
+    }
+
+
 def prefixed(items: Iterable[tuple[str, str]], prefix: str) -> dict[str, str]:
     """The parameters named `<prefix><key>`, by key: filters a route reads by a name it
     cannot declare (`metadata.<key>`). Each takes one value, so a repeat is refused like
@@ -83,16 +92,7 @@ def prefixed(items: Iterable[tuple[str, str]], prefix: str) -> dict[str, str]:
                 twice.append(name)
             found[key] = value
     if twice:
-        raise RequestValidationError(
-            [
-                {
-                    "loc": ("query", name),
-                    "msg": "this parameter takes one value; it was given more than once",
-                    "type": "repeated_parameter",
-                }
-                for name in dict.fromkeys(twice)
-            ]
-        )
+        raise RequestValidationError([_repeat_error(name) for name in dict.fromkeys(twice)])
     return found
 
 
@@ -124,13 +124,6 @@ class SingleValuedQuery:
                     detail="the request does not match the schema: "
                     + ", ".join(refused)
                     + " may be given once",
-                    errors=[
-                        {
-                            "loc": ["query", name],
-                            "msg": "this parameter takes one value; it was given more than once",
-                            "type": "repeated_parameter",
-                        }
-                        for name in refused
-                    ],
+                    errors=[_repeat_error(name) for name in refused],
                 )
         return None
