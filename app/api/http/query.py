@@ -100,12 +100,15 @@ class SingleValuedQuery:
     """The routes that read single values, and the refusal of a request that repeats one."""
 
     def __init__(self, routes: Iterable[BaseRoute]) -> None:
-        self._routes = [(route, names) for route in routes if (names := single_valued(route))]
+        # Every route, in the order they are matched: the first that matches a request is
+        # the one that answers it, whether or not it reads single values.
+        self._routes = [(route, single_valued(route)) for route in routes]
+        self._any = any(names for _, names in self._routes)
 
     def refusal(self, scope: Scope) -> Response | None:
         """A 422 problem when the request repeats a parameter its route reads once, else None."""
         query_string: bytes = scope.get("query_string", b"")
-        if not query_string or not self._routes:
+        if not query_string or not self._any:
             return None
         names = repeated(query_string)
         if not names:

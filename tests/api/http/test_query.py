@@ -147,3 +147,24 @@ def test_a_request_without_a_query_string_costs_no_route_match() -> None:
     assert Counting.matched == 0
     assert query.refusal({**scope, "query_string": b"limit=1&limit=2"}) is not None
     assert Counting.matched == 1
+
+
+def test_the_route_that_answers_decides() -> None:
+    """Two routes may match one path: the first answers, so its parameters are the ones a
+    request is held to, not those of a route it shadows."""
+
+    def fixed() -> None:
+        return None
+
+    def paged(limit: int = 1) -> None:
+        return None
+
+    query = SingleValuedQuery(
+        [
+            APIRoute("/x/first", fixed, methods=["GET"]),
+            APIRoute("/x/{name}", paged, methods=["GET"]),
+        ]
+    )
+    scope: dict[str, Any] = {"type": "http", "method": "GET", "query_string": b"limit=1&limit=2"}
+    assert query.refusal({**scope, "path": "/x/first"}) is None
+    assert query.refusal({**scope, "path": "/x/other"}) is not None
