@@ -172,12 +172,22 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
             detail="the request body is not valid JSON",
             errors=errors,
         )
+    return validation_problem(request, errors)
+
+
+def validation_problem(
+    request: Request | None,
+    errors: list[dict[str, Any]],
+    detail: str = "the request does not match the schema",
+) -> JSONResponse:
+    """The 422 of a request outside the schema, with FastAPI's `errors` entries; also for
+    a check that answers before FastAPI validates (a repeated query parameter)."""
     return problem_response(
         request,
         status=422,
         code="validation_error",
         title="Invalid request",
-        detail="the request does not match the schema",
+        detail=detail,
         errors=errors,
     )
 

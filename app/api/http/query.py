@@ -26,9 +26,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
-from app.api.http.problems import problem_response
+from app.api.http.problems import validation_problem
 
-_MANY = (list, tuple, set, frozenset, Sequence)
+# A bare `str` is a Sequence too, so only a parameterized Sequence counts as many values.
+_CONTAINERS = (list, tuple, set, frozenset)
+_MANY = (*_CONTAINERS, Sequence)
 
 
 def takes_many(annotation: Any) -> bool:
@@ -40,7 +42,7 @@ def takes_many(annotation: Any) -> bool:
         return any(takes_many(arg) for arg in typing.get_args(annotation))
     if origin is not None:
         return isinstance(origin, type) and issubclass(origin, _MANY)
-    return isinstance(annotation, type) and issubclass(annotation, (list, tuple, set, frozenset))
+    return isinstance(annotation, type) and issubclass(annotation, _CONTAINERS)
 
 
 def _query_fields(dependant: Any) -> Iterator[Any]:
@@ -119,14 +121,11 @@ class SingleValuedQuery:
                 refused = sorted(names & single)
                 if not refused:
                     return None
-                return problem_response(
+                return validation_problem(
                     None,
-                    status=422,
-                    code="validation_error",
-                    title="Invalid request",
-                    detail="the request does not match the schema: "
+                    [_repeat_error(name) for name in refused],
+                    "the request does not match the schema: "
                     + ", ".join(refused)
                     + " may be given once",
-                    errors=[_repeat_error(name) for name in refused],
                 )
         return None
