@@ -43,12 +43,13 @@ def _free_port() -> int:
 def start_bare(log_path: Path, *args: str) -> Server:
     """`bench.bare_app` on a free port (`args`: `--writes URL --tenant T --events FILE`)."""
     port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.bare_app", str(port), *args],
-        cwd=ROOT,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    with log_path.open("wb") as log:  # the app writes to its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.bare_app", str(port), *args],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
         if process.poll() is not None:

@@ -69,25 +69,15 @@ def start_server(
         "ASR_BOOTSTRAP_DEFAULT_TENANT": "false",
         **(env or {}),
     }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            *args,
-        ],
-        cwd=ROOT,
-        env=environment,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with log_path.open("wb") as log:  # the server writes to its own copy of the descriptor
+        process = subprocess.Popen(
+            [*command, "--workers", str(workers), *args],
+            cwd=ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     seen: set[str] = set()
     healthy_at: float | None = None

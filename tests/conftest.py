@@ -218,7 +218,6 @@ def start_server(
         "ASR_RETENTION_INTERVAL_SECONDS": "0",
         **env,
     }
-    log = log_path.open("wb")
 
     def limit_descriptors() -> None:
         if nofile is not None:
@@ -226,14 +225,15 @@ def start_server(
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=environment,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=limit_descriptors if nofile is not None else None,
-    )
+    with log_path.open("wb") as log:  # the server writes to its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=limit_descriptors if nofile is not None else None,
+        )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + ready_seconds
     while time.monotonic() < deadline:

@@ -52,15 +52,15 @@ def start(root: Path, *, cors_origin: str | None = None) -> tuple[str, str]:
     _asr(env, "tenant", "create", "live")
     key = _asr(env, "key", "create", "--tenant", "live").strip().splitlines()[-1]
     port = free_port()
-    log = (root / "server.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with (root / "server.log").open("wb") as log:  # the server keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     (root / "server.pid").write_text(str(process.pid))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_SECONDS
