@@ -22,6 +22,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -192,6 +193,22 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
+def spawn_server(
+    port: int, env: dict[str, str], log_path: Path, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """`asr serve` on 127.0.0.1:`port` in the background, its output in `log_path`. The
+    server writes to its own copy of the log's descriptor, so this process closes its own."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            **popen,
+        )
+
+
 def start_server(
     database_url: str,
     log_path: Path,
@@ -225,15 +242,12 @@ def start_server(
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-    with log_path.open("wb") as log:  # the server writes to its own copy of the descriptor
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=limit_descriptors if nofile is not None else None,
-        )
+    process = spawn_server(
+        port,
+        environment,
+        log_path,
+        preexec_fn=limit_descriptors if nofile is not None else None,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + ready_seconds
     while time.monotonic() < deadline:

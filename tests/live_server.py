@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, spawn_server
 
 STARTUP_SECONDS = 30
 
@@ -52,15 +52,7 @@ def start(root: Path, *, cors_origin: str | None = None) -> tuple[str, str]:
     _asr(env, "tenant", "create", "live")
     key = _asr(env, "key", "create", "--tenant", "live").strip().splitlines()[-1]
     port = free_port()
-    with (root / "server.log").open("wb") as log:  # the server keeps its own descriptor
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = spawn_server(port, env, root / "server.log", start_new_session=True)
     (root / "server.pid").write_text(str(process.pid))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_SECONDS
