@@ -1,9 +1,10 @@
 """An event column is listed in as few places as possible, and those places agree.
 
 Reads and SQLite's writes take the columns from the runtime's `Event` (`EVENT_FIELDS`) and
-the schema (`tables.py`); PostgreSQL's writers list them once, in `insert_events.sql`. These
-checks need no database: they catch the copy that a new column would otherwise miss, which
-used to break only PostgreSQL, only on some calls.
+the schema (`tables.py`); PostgreSQL's writers list them in three INSERTs: one session's new
+events and a fork's copied prefix in `insert_events.sql`, a group commit batch's events in
+`insert_event_sets.sql`. These checks need no database: they catch the copy that a new
+column would otherwise miss, which used to break only PostgreSQL, only on some calls.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import fields
 from datetime import UTC, datetime
+
+import pytest
 
 from app.runtime.session.events import Event, NewEvent
 from app.store.base import EVENT_FIELDS
@@ -32,22 +35,31 @@ def test_every_field_of_event_is_a_column() -> None:
     assert EVENT_FIELDS == tuple(f.name for f in fields(Event))
 
 
-def test_insert_events_sql_writes_every_column_in_both_of_its_inserts() -> None:
+# The sources that insert events: one session's (and a fork's copy), a batch's.
+_INSERTERS = ("insert_events", "insert_event_sets")
+
+
+def test_every_insert_of_events_writes_every_column() -> None:
     columns = {c.name for c in session_events.columns} - _ASSIGNED
-    lists = _insert_column_lists(source("insert_events"))
-    assert len(lists) == 2  # a fork's copy, then the new events
+    lists = [found for name in _INSERTERS for found in _insert_column_lists(source(name))]
+    assert len(lists) == 3  # a fork's copy, one session's new events, a batch's
     assert all(found == columns for found in lists)
 
 
 def test_no_other_postgresql_source_inserts_events() -> None:
-    others = [name for name in SOURCES if name != "insert_events"]
+    others = [name for name in SOURCES if name not in _INSERTERS]
     assert [name for name in others if _INSERT.search(source(name))] == []
 
 
-def test_insert_events_sql_reads_every_plain_field_of_new_event() -> None:
-    body = source("insert_events")
+@pytest.mark.parametrize(
+    ("name", "element"), [("insert_events", "u.v"), ("insert_event_sets", "v.v")]
+)
+def test_the_inserts_of_new_events_read_every_plain_field_of_new_event(
+    name: str, element: str
+) -> None:
+    body = source(name)
     plain = [f.name for f in fields(NewEvent) if f.name not in ("type", "payload")]
-    assert [name for name in plain if f"u.v->>'{name}'" not in body] == []
+    assert [p for p in plain if f"{element}->>'{p}'" not in body] == []
 
 
 def test_a_new_event_keeps_every_field_once_stored() -> None:

@@ -71,7 +71,8 @@ APPEND_FRESH = named_call("asr_append_fresh", APPEND_PARAMS)
 
 # NewEvent's fields that go to their columns as they are: every one but the type and the
 # payload (which `EventArrays.of` encodes itself). A new event column is a field of
-# NewEvent and a line in insert_events.sql; nothing here.
+# NewEvent and a line in the INSERTs of insert_events.sql and insert_event_sets.sql;
+# nothing here.
 _PLAIN_FIELDS = tuple(f.name for f in fields(NewEvent) if f.name not in ("type", "payload"))
 
 
@@ -79,8 +80,9 @@ _PLAIN_FIELDS = tuple(f.name for f in fields(NewEvent) if f.name not in ("type",
 class EventArrays:
     """Events as the functions take them: one JSON array (`p_events`) of objects with the
     event's id, type and payload and NewEvent's other fields by name, read by
-    `asr_insert_events` alone. Payloads are JSON text encoded once (redacted and
-    size-checked by the caller's funnel) and spliced in, not encoded again."""
+    `asr_insert_events` and `asr_insert_event_sets` alone. Payloads are JSON text encoded
+    once (redacted and size-checked by the caller's funnel) and spliced in, not encoded
+    again."""
 
     ids: list[str]
     events: list[NewEvent]

@@ -9,7 +9,8 @@ So a lone writer never waits, and two writers still go side by side, alone
 whose event ids were just made cannot need); under many writers the two calls in flight are
 of like size, and the database works on one while this process readies the next, where a
 second call of one or two appends used to pay a whole call for them. What is queued goes
-out as one `asr_append_batch` (`sql/append_batch.sql`, up to `max_batch` appends). Two
+out as one `asr_append_batch` (`sql/append_batch.sql`, up to `max_batch` appends), which
+skips the write-token check as a lone append does: a batch is only ever a first attempt. Two
 calls in flight, not more: with 16 writers, more calls meant more commits and fewer shared
 ones, and less throughput on the 2-core benchmark machine. Every item is the same
 conditional append, and each caller gets its own row back — so results, refusals and

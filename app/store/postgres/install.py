@@ -41,6 +41,7 @@ FUNCTIONS_DIR = Path(__file__).with_name("sql")
 # Dependency order does not matter to PL/pgSQL (bodies are resolved at call time); this order
 # is the reading order: the shared pieces first.
 SOURCES = (
+    "insert_event_sets",
     "insert_events",
     "insert_snapshot",
     "seal_idempotency",

@@ -202,8 +202,8 @@ class PostgresLedger(LedgerStore):
     async def _insert_marker(
         self, conn: AsyncConnection, record: SessionRecord, seq: int, marker: NewEvent
     ) -> None:
-        """Through `asr_insert_events`, the one place PostgreSQL's writers list an event's
-        columns, as one event ending at `seq` (its outbox rows included)."""
+        """Through `asr_insert_events`, the function that inserts one session's events, as
+        one event ending at `seq` (its outbox rows included)."""
         clean, _ = self.payloads.persistable_json(marker.payload)
         event = {
             "id": str(uuid.uuid4()),

@@ -1,19 +1,23 @@
 -- Group commit: several appends (to any sessions, of any tenants) in one call and one commit.
--- Each item is the same conditional append as asr_append_events, inside this one transaction.
+-- Each item is the same conditional append as asr_append_fresh, inside this one transaction.
 -- An item whose condition fails or whose session is missing is reported, not raised. One row
--- per item comes back (asr_append_events' columns plus `idx`, the item's position). Each
--- item carries its event ids as a write token, so re-sending a batch whose reply was lost
--- (or its items one by one) applies nothing twice.
+-- per item comes back (asr_append_fresh's columns plus `idx`, the item's position).
+--
+-- A batch is sent once, as a first attempt: its items' event ids were made for them and
+-- never sent, so none can be in the ledger and no item pays the write-token check (a
+-- statement planned at every call; see asr_append_events). A batch whose reply is lost is
+-- never sent again as a batch: its items are re-sent one by one with asr_append_events,
+-- whose write token makes each apply once.
 --
 -- Two ways, with the same results:
 -- * Together, when the batch is what many writers make (one tenant, each session once, no
---   Idempotency-Key, no snapshot, no item already written): its session rows are locked in
---   session order, then one UPDATE of them all, then each item's events. Per item, the loop
---   below pays a call of asr_append_events, its statements and their plans; a batch of
---   sixteen pays them once.
--- * One by one otherwise: each item is one asr_append_events, applied in (tenant, session,
+--   Idempotency-Key, no snapshot): its session rows are locked in session order, then one
+--   UPDATE of them all, then one INSERT of all their events. Per item, the loop below pays
+--   a call of asr_append_fresh, its statements and their plans; a batch of sixteen pays
+--   them once.
+-- * One by one otherwise: each item is one asr_append_fresh, applied in (tenant, session,
 --   arrival) order, so that two appends to one session apply in arrival order, each on the
---   state the one before it left, and a replay answers with what it wrote.
+--   state the one before it left.
 -- Both lock session rows in (tenant, session) order, so two batches in flight cannot
 -- deadlock.
 CREATE OR REPLACE FUNCTION asr_append_batch(
@@ -70,11 +74,6 @@ BEGIN
     IF v_together THEN
         PERFORM set_config('app.tenant_id', v_tenant, true);
         v_events := p_events::jsonb[];
-        -- The write tokens, planned at each call as in asr_append_events (see there why).
-        EXECUTE 'SELECT NOT EXISTS (SELECT FROM session_events AS e'
-                ' WHERE e.tenant_id = $1 AND e.event_id = ANY ($2))'
-           INTO v_together
-          USING v_tenant, ARRAY(SELECT u.v->0->>'id' FROM unnest(v_events) AS u(v));
     END IF;
 
     IF NOT coalesce(v_together, false) THEN
@@ -82,7 +81,7 @@ BEGIN
             SELECT u.ord FROM unnest(p_tenants, p_sessions) WITH ORDINALITY AS u(t, sid, ord)
             ORDER BY u.t, u.sid, u.ord
         LOOP
-            RETURN QUERY SELECT i, r.* FROM asr_append_events(
+            RETURN QUERY SELECT i, r.* FROM asr_append_fresh(
                 p_tenants[i], p_sessions[i], p_expected_seqs[i], p_expected_versions[i],
                 p_nows[i], p_events[i]::jsonb,
                 p_idem_keys[i], p_idem_hashes[i], p_idem_expires[i], p_metadatas[i]::jsonb,
@@ -98,10 +97,10 @@ BEGIN
      ORDER BY x.session_id
        FOR UPDATE;
     v_xact := pg_current_xact_id()::text::bigint;
-    -- What asr_append_events does for one item, for all of them: one UPDATE, then each
-    -- appended item's events by asr_insert_events (the one place that lists an event's
-    -- columns and fills the webhook outbox). The rows of the items that are not appended
-    -- are read after the lock, so they are current.
+    -- What asr_append_fresh does for one item, for all of them: one UPDATE, then the events
+    -- of every appended item by one call of asr_insert_event_sets (the one INSERT of new
+    -- events, which also fills the webhook outbox). The rows of the items that are not
+    -- appended are read after the lock, so they are current.
     RETURN QUERY
     WITH items AS (
         SELECT u.ord::integer AS ord, u.sid, u.es, u.ev, u.now, u.events, u.meta::jsonb AS meta,
@@ -117,12 +116,21 @@ BEGIN
            AND (i.es IS NULL OR x.last_seq = i.es)
            AND (i.ev IS NULL OR x.version = i.ev)
         RETURNING i.ord, i.n, i.events, x.*
+    ), inserted AS (
+        SELECT p.session_id, p.positions
+          FROM (SELECT array_agg(u.session_id ORDER BY u.ord) AS sids,
+                       array_agg(u.last_seq ORDER BY u.ord) AS lasts,
+                       array_agg(u.updated_at ORDER BY u.ord) AS nows,
+                       array_agg(u.events ORDER BY u.ord) AS events
+                  FROM updated AS u) AS a,
+               asr_insert_event_sets(v_tenant, a.sids, a.lasts, v_xact, a.nows, a.events) AS p
     )
     SELECT u.ord, true, u.last_seq - u.n + 1, u.tenant_id, u.session_id, u.root_session_id,
            u.parent_session_id, u.forked_from_seq, u.status, u.metadata, u.agent, u.binding,
            u.last_seq, u.version, u.active_run_id, u.created_at, u.updated_at, v_xact,
-           asr_insert_events(v_tenant, u.session_id, u.last_seq, v_xact, u.updated_at, u.events)
+           coalesce(p.positions, '{}')
       FROM updated AS u
+      LEFT JOIN inserted AS p ON p.session_id = u.session_id
     UNION ALL
     SELECT i.ord, false, NULL::bigint, x.tenant_id, x.session_id, x.root_session_id,
            x.parent_session_id, x.forked_from_seq, x.status, x.metadata, x.agent, x.binding,
