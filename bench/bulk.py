@@ -174,5 +174,18 @@ async def scale(store: Stores, tenant: str, *, sessions: int, events: int) -> No
                 base = await _reserve_positions(conn, n) - n
                 await conn.execute(_SQLITE_SCALE_SESSIONS, {**params, "now": now})
                 await conn.execute(_SQLITE_SCALE_EVENTS, {**params, "base": base, "now": now})
+    await analyze(store)
+
+
+async def analyze(store: Stores, table: str = "") -> None:
+    """`ANALYZE` one table (or, by default, all), as autovacuum would have by now.
+
+    This machine runs PostgreSQL with autovacuum off, so a bench's database never has
+    statistics unless the bench gathers them. Without them PostgreSQL takes a tenant's rows
+    for a handful, and plans a lookup of a few sessions (`session_id = ANY (...)`) as a walk
+    of all the tenant's sessions: a cost that grows with every session the bench makes, which
+    no deployment pays past autovacuum's first look at the table. SQLite gets the same
+    statement (its `ANALYZE` feeds its planner alike).
+    """
     async with store.database.write(NO_TENANT) as conn:
-        await conn.execute(text("ANALYZE"))
+        await conn.execute(text(f"ANALYZE {table}".rstrip()))

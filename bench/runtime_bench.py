@@ -98,6 +98,7 @@ class RuntimeBench:
 
         async def ours() -> float:
             sid = await self._session("ra")
+            await bulk.analyze(self.store, "sessions")
             started = time.perf_counter()
             for _ in range(n):
                 await self.runtime.append_items(self.tenant, sid, [ITEM])
@@ -128,6 +129,7 @@ class RuntimeBench:
 
         async def ours() -> float:
             sids = [await self._session("rc") for _ in range(s.conc_sessions)]
+            await bulk.analyze(self.store, "sessions")
 
             async def writer(w: int) -> None:
                 for sid in sids[w * per_writer : (w + 1) * per_writer]:
