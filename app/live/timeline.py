@@ -54,6 +54,11 @@ class StreamEnd:
 Batch = list[Delivery | Ephemeral]
 
 
+class LastBatch(list[Delivery | Ephemeral]):
+    """A run's last batch (it holds RUN_FINISHED): its stream ends right after it, so the
+    response sends it and the end of its body in one write."""
+
+
 async def replay_then_live(
     subscribe: Subscribe,
     read_after: ReadAfter,
@@ -173,10 +178,11 @@ async def run_timeline(
                     if entry.event.type == EventType.RUN_FINISHED:
                         finished = True
                         break
+            if finished:
+                yield LastBatch(out)
+                return
             if out:
                 yield out
-            if finished:
-                return
     finally:
         await items.aclose()
 

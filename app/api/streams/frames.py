@@ -17,7 +17,8 @@ from sse_starlette import ServerSentEvent
 
 from app.api.http.problems import problem_body
 from app.api.http.views import event_json
-from app.live.timeline import Batch, StreamEnd
+from app.live.stream_response import LastFrames
+from app.live.timeline import Batch, LastBatch, StreamEnd
 from app.runtime.errors import InvalidCursor
 from app.runtime.ports import TenantCursor
 from app.runtime.session.events import Event
@@ -119,18 +120,25 @@ async def session_frames(
     """`retry:` once, then the merge's batches as frames; a failure ends it with ERROR.
 
     `first_ready`: the first batch comes at once (a run's start, sent from memory), so
-    `retry:` goes out in the same write as it rather than in a write of its own."""
+    `retry:` goes out in the same write as it rather than in a write of its own. A run's
+    `LastBatch` ends the frames: its last chunk is `LastFrames`."""
     retry = ServerSentEvent(retry=retry_ms).encode()
     if not first_ready:
         yield retry
         retry = b""
     try:
         async for item in items:
-            for chunk in (
-                [end_frame(item).encode()] if isinstance(item, StreamEnd) else batch_chunks(item)
-            ):
-                yield retry + chunk
+            if isinstance(item, StreamEnd):
+                yield retry + end_frame(item).encode()
                 retry = b""
+                continue
+            chunks = list(batch_chunks(item))
+            last = len(chunks) - 1 if isinstance(item, LastBatch) else -1
+            for i, chunk in enumerate(chunks):
+                yield LastFrames(retry + chunk) if i == last else retry + chunk
+                retry = b""
+            if last >= 0:
+                return
     except Exception as exc:
         yield retry + error_frame(exc, instance).encode()
         retry = b""
