@@ -98,9 +98,9 @@ BEGIN
        FOR UPDATE;
     v_xact := pg_current_xact_id()::text::bigint;
     -- What asr_append_fresh does for one item, for all of them: one UPDATE, then the events
-    -- of every appended item by one call of asr_insert_event_sets (the one INSERT of new
-    -- events, which also fills the webhook outbox). The rows of the items that are not
-    -- appended are read after the lock, so they are current.
+    -- of every appended item by one call of asr_insert_event_sets (one INSERT for them all,
+    -- and the webhook outbox). The rows of the items that are not appended are read after
+    -- the lock, so they are current.
     RETURN QUERY
     WITH items AS (
         SELECT u.ord::integer AS ord, u.sid, u.es, u.ev, u.now, u.events, u.meta::jsonb AS meta,
