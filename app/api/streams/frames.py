@@ -132,13 +132,18 @@ async def session_frames(
                 yield retry + end_frame(item).encode()
                 retry = b""
                 continue
-            chunks = list(batch_chunks(item))
-            last = len(chunks) - 1 if isinstance(item, LastBatch) else -1
-            for i, chunk in enumerate(chunks):
-                yield LastFrames(retry + chunk) if i == last else retry + chunk
-                retry = b""
-            if last >= 0:
+            # One chunk held back, so that a LastBatch's last can go out as LastFrames; the
+            # chunks are built as they are sent, never all of a batch at once.
+            held = b""
+            for chunk in batch_chunks(item):
+                if held:
+                    yield held
+                held, retry = retry + chunk, b""
+            if isinstance(item, LastBatch):
+                yield LastFrames(held or retry)
                 return
+            if held:
+                yield held
     except Exception as exc:
         yield retry + error_frame(exc, instance).encode()
         retry = b""

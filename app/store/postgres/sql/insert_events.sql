@@ -1,14 +1,14 @@
 -- The writers' shared tail for one session: insert events with seqs p_last_seq-n+1 ..
 -- p_last_seq. `p_events` is a JSON array of objects {id, type, payload, and NewEvent's
--- other fields by name} in seq order (built once by the caller, payloads already redacted). With `p_copy_from`, a fork's prefix comes
--- first: that session's events 1..p_copy_upto, copied server-side with new ids (same seqs,
--- payloads and times). Those ids are time-ordered UUIDs (version 7, RFC 9562): p_now's
--- milliseconds, then the seq as the RFC's dedicated counter (26 bits, in rand_a and the
--- top of rand_b), then 48 random bits. A fork's ids thus sit together in the (tenant_id,
--- event_id) index; random ids landed all over it, a page per copied row. A new event column
--- is a line in each of the two INSERTs here and in the one of `asr_insert_event_sets` (a
--- group commit's batch, many sessions at once); `tests/store/test_event_columns.py` checks
--- that the three agree.
+-- other fields by name} in seq order (built once by the caller, payloads already
+-- redacted). With `p_copy_from`, a fork's prefix comes first: that session's events
+-- 1..p_copy_upto, copied server-side with new ids (same seqs, payloads and times). Those
+-- ids are time-ordered UUIDs (version 7, RFC 9562): p_now's milliseconds, then the seq as
+-- the RFC's dedicated counter (26 bits, in rand_a and the top of rand_b), then 48 random
+-- bits. A fork's ids thus sit together in the (tenant_id, event_id) index; random ids landed
+-- all over it, a page per copied row. A new event column is a line in each of the two
+-- INSERTs here and in the one of `asr_insert_event_sets` (a group commit's batch, many
+-- sessions at once); `tests/store/test_event_columns.py` checks that the three agree.
 -- The webhook outbox is filled here too, for the events of `p_events` (never the copy), when
 -- the tenant has an active subscription: one index probe otherwise.
 -- Returns the positions of the events of `p_events` (not of the copy) in seq order.
