@@ -15,6 +15,12 @@ for the client's disconnect, sending a ping whenever that wait times out. A disc
 blocked send, or the end of the shutdown grace moves the cut to now, which cancels the body
 where it waits; the generator's cleanup then runs.
 
+That helper starts half a second into the body (`_LISTEN_AFTER`, or the ping interval if
+shorter), not with it: a stream that ends sooner (a run whose model answers at once) never
+needs it, and its task, its timer and its cancellation were a tenth of such a stream's own
+cost. A client that leaves in that first half second is heard when the helper starts:
+uvicorn keeps its disconnect for the next `receive()`, and sends meanwhile go nowhere.
+
 A frame's send arms no timer of its own: a send that the client's socket takes at once (all
 of them, but for a client that stopped reading) would pay for a timer it never needs, and a
 stream of token deltas sends many. Sends note when the oldest of those in flight began, and
@@ -48,6 +54,8 @@ log = logging.getLogger("app.live.stream_response")
 _HEADERS = {"Cache-Control": "no-store", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 _SEP = "\r\n"
 _END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
+# Seconds into the body before the disconnect listener starts (see the module's docstring).
+_LISTEN_AFTER = 0.5
 
 
 class LastFrames(bytes):
@@ -199,6 +207,7 @@ class StreamResponse(Response):
         self._sending_since: float | None = None  # loop time the oldest of them began
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._listener: asyncio.Task[None] | None = None
         self._disconnected = False
         self._send_failed = False  # a send that did not return: send nothing more
         self._send_timed_out = False
@@ -267,11 +276,11 @@ class StreamResponse(Response):
         )
         try:
             start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-            await self._send(send, start)
             if scope.get("method", "GET").upper() == "HEAD":
+                await self._send(send, start)
                 await self._send(send, _END)
                 return
-            await self._stream(receive, send, shutdown)
+            await self._stream(start, receive, send, shutdown)
         except SendTimeoutError:
             # A client that stopped reading (frozen, or its network gone): closing it is the
             # point of send_timeout, not an error of the application.
@@ -289,17 +298,21 @@ class StreamResponse(Response):
             with anyio.move_on_after(2.0, shield=True), contextlib.suppress(Exception):
                 await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
-    async def _stream(self, receive: Receive, send: Send, shutdown: StreamShutdown | None) -> None:
-        complete = False
-        listener: asyncio.Task[None] | None = None
+    async def _stream(
+        self, start: Message, receive: Receive, send: Send, shutdown: StreamShutdown | None
+    ) -> None:
+        started = complete = False
         loop = self._loop = asyncio.get_running_loop()
+        listen_after = min(_LISTEN_AFTER, self.ping_seconds)
+        listen = loop.call_later(listen_after, self._start_listening, receive, send, listen_after)
         try:
             async with asyncio.timeout(None) as cut:
                 self._cut = cut
                 if shutdown is not None:
                     shutdown.add(self)
                 self._watchdog = loop.call_later(self.send_timeout, self._watch_sends)
-                listener = loop.create_task(self._listen(receive, send))
+                await self._send_frame(send, start)
+                started = True
                 async for data in self.body_iterator:
                     if isinstance(data, LastFrames):
                         await self._send_frame(send, _last(data))
@@ -317,26 +330,33 @@ class StreamResponse(Response):
             if self._watchdog is not None:
                 self._watchdog.cancel()
                 self._watchdog = None
-            if listener is not None:
-                listener.cancel()
+            listen.cancel()
+            if self._listener is not None:
+                self._listener.cancel()
         if self._send_timed_out:
             raise SendTimeoutError()
-        if not complete and not self._disconnected and not self._send_failed:
+        if started and not complete and not self._disconnected and not self._send_failed:
             # Cut short by the shutdown grace: end the chunked body cleanly (best effort).
             with contextlib.suppress(OSError):
                 await self._send(send, _END)
 
-    async def _listen(self, receive: Receive, send: Send) -> None:
-        """Wait for the client's disconnect; ping whenever the wait lasts `ping_seconds`."""
+    def _start_listening(self, receive: Receive, send: Send, late: float) -> None:
+        listen = self._listen(receive, send, self.ping_seconds - late)
+        self._listener = asyncio.get_running_loop().create_task(listen)
+
+    async def _listen(self, receive: Receive, send: Send, wait: float) -> None:
+        """Wait for the client's disconnect; ping whenever the wait lasts `ping_seconds` (the
+        first wait is shorter by how late the listener started)."""
         loop = asyncio.get_running_loop()
         try:
             while True:
                 try:
-                    async with asyncio.timeout(self.ping_seconds):
+                    async with asyncio.timeout(wait):
                         message = await receive()
                 except TimeoutError:
                     ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=_SEP)
                     await self._send_frame(send, _chunk(ping.encode()))
+                    wait = self.ping_seconds
                     continue
                 if message["type"] == "http.disconnect":
                     self._disconnected = True

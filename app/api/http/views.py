@@ -8,13 +8,19 @@ NDJSON alike. Token usage always carries its three counters, zero before a run h
 
 from __future__ import annotations
 
+import contextlib
+import json
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from app.runtime.ports import AppendResult, SessionRecord
 from app.runtime.session.events import Event
 from app.runtime.session.service import Loaded
 from app.runtime.session.state import SessionState
+
+_UTC_Z = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
 def session_summary(record: SessionRecord) -> dict[str, Any]:
@@ -91,12 +97,25 @@ USAGE_COUNTERS = ("input_tokens", "output_tokens", "total_tokens")
 
 
 def rfc3339(value: datetime | None) -> str | None:
-    """A timestamp as RFC 3339 in UTC with `Z` (a naive value is taken to be UTC already)."""
+    """A timestamp as RFC 3339 in UTC with `Z` (a naive value is taken to be UTC already):
+    `isoformat()` of the value in UTC, with `Z` for `+00:00`, as orjson writes it in a
+    fraction of the time (every event of every page and stream carries one)."""
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return _utc_json(value)[1:-1].decode()
+
+
+def _utc_json(value: datetime) -> bytes:
+    """`value` in UTC as a JSON string, by `rfc3339`'s rule."""
+    zone = value.tzinfo
+    if zone is not UTC and zone is not None and value.utcoffset():
+        value = value.astimezone(UTC)
+    try:
+        return orjson.dumps(value, option=_UTC_Z)
+    except TypeError:  # a subclass of datetime, which orjson does not take
+        if zone is None:
+            value = value.replace(tzinfo=UTC)
+        return b'"%s"' % value.astimezone(UTC).isoformat().replace("+00:00", "Z").encode()
 
 
 def rfc3339_text(value: str | None) -> str | None:
@@ -107,9 +126,29 @@ def rfc3339_text(value: str | None) -> str | None:
 def event_json(event: Event) -> dict[str, Any]:
     """An event's wire shape with its time in the service's one format. The payload is the
     ledger's, as it was written."""
-    body = event.to_json()
+    body = event.fields()
     body["created_at"] = rfc3339(event.created_at)
     return body
+
+
+def event_json_bytes(event: Event) -> bytes:
+    """`event_json` as `json_bytes` writes it, in one orjson call where the time is in UTC
+    (orjson writes it too)."""
+    created_at = event.created_at
+    if created_at.tzinfo is UTC or created_at.tzinfo is None:
+        with contextlib.suppress(TypeError):  # orjson.JSONEncodeError is one
+            return orjson.dumps(event.fields(), option=_UTC_Z)
+    return json_bytes(event_json(event))
+
+
+def json_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON: by orjson, several times faster, unless it refuses the value (an
+    integer beyond 64 bits, a key that is not a string), which the standard library then
+    writes exactly as orjson would have. Compact JSON holds no line break."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def usage_json(usage: dict[str, int] | None) -> dict[str, int]:

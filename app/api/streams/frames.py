@@ -12,11 +12,10 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
-import orjson
 from sse_starlette import ServerSentEvent
 
 from app.api.http.problems import problem_body
-from app.api.http.views import event_json
+from app.api.http.views import event_json, event_json_bytes, json_bytes
 from app.live.stream_response import LastFrames
 from app.live.timeline import Batch, LastBatch, StreamEnd
 from app.runtime.errors import InvalidCursor
@@ -31,17 +30,6 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _json_bytes(value: Any) -> bytes:
-    """Compact UTF-8 JSON, as `_json` writes it: by orjson, several times faster, unless it
-    refuses the value (an integer beyond 64 bits, a key that is not a string), which the
-    standard library then writes exactly. Compact JSON holds no line break, so it is one
-    `data:` line as it stands."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:  # orjson.JSONEncodeError is one
-        return _json(value).encode()
-
-
 def _frame(name: str, data: bytes, *, seq: int | None = None) -> bytes:
     """The frame sse-starlette's ServerSentEvent makes of an id, a name without line breaks
     and one line of data, written directly: every live event and delta of every stream is
@@ -54,8 +42,7 @@ def event_frame(delivery: Delivery) -> bytes:
     """`id: <seq>`, `event: <TYPE>`, `data: <event JSON>`, encoded once per delivery."""
     if delivery.frame is None:
         event = delivery.event
-        data = _json_bytes(event_json(event))
-        delivery.frame = _frame(str(event.type), data, seq=event.seq)
+        delivery.frame = _frame(str(event.type), event_json_bytes(event), seq=event.seq)
     return delivery.frame
 
 
@@ -70,7 +57,7 @@ def ephemeral_frame(item: Ephemeral) -> bytes:
         if "\n" in name or "\r" in name:  # not ours: ServerSentEvent strips the breaks
             item.encoded = ServerSentEvent(event=name, data=_json(item.frame)).encode()
         else:
-            item.encoded = _frame(name, _json_bytes(item.frame))
+            item.encoded = _frame(name, json_bytes(item.frame))
     return item.encoded
 
 

@@ -101,8 +101,10 @@ class Event:
     turn_id: str | None = None
     position: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        """The event contract's wire shape (docs/reference/events.md)."""
+    def fields(self) -> dict[str, Any]:
+        """The event contract's fields (docs/reference/events.md) with `created_at` still a
+        datetime: each writer puts the time in its own format, and formatting it is dearer
+        than building the rest of the dict."""
         return {
             "event_id": self.event_id,
             "session_id": self.session_id,
@@ -111,6 +113,12 @@ class Event:
             "run_id": self.run_id,
             "turn_id": self.turn_id,
             "payload": self.payload,
-            "created_at": self.created_at.isoformat(),
+            "created_at": self.created_at,
             "position": self.position,
         }
+
+    def to_json(self) -> dict[str, Any]:
+        """The event contract's wire shape, the time in ISO 8601."""
+        body = self.fields()
+        body["created_at"] = self.created_at.isoformat()
+        return body
