@@ -365,8 +365,9 @@ class Settings(BaseSettings):
         ge=0,
         le=1000,
         description="A run's token deltas leave it at most this often (the writer tick): the "
-        "first after a quiet tick at once, the rest coalesced into one frame per tick for "
-        "the bus, the other replicas' NOTIFY and every stream; 0 sends every chunk.",
+        "first after a quiet tick as soon as the model yields (with the chunks of its burst), "
+        "the rest coalesced into one frame per tick for the bus, the other replicas' NOTIFY "
+        "and every stream; 0 sends every chunk.",
     )
     sse_handoff_delay_ms: int = Field(
         default=0, ge=0, le=5000, description="Test-only fault point between subscribe and replay."

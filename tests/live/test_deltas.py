@@ -142,36 +142,43 @@ def test_a_reconnected_listener_forgets_other_replicas_turns() -> None:
     assert [f["text"] for f in relay.catch_up(T, "mine")] == ["own"]
 
 
-async def test_a_burst_costs_two_frames_and_text_after_a_pause_goes_at_once() -> None:
+async def test_a_burst_costs_one_frame_and_text_after_a_pause_waits_for_no_timer() -> None:
     sent: list[dict[str, Any]] = []
     tick = DeltaTick(sent.append, interval=0.02)
-    for i in range(20):  # a burst, no await in between: the first goes, the rest wait
+    for i in range(20):  # a burst, no await in between: all of it goes once the model yields
         tick.add(frame(f"{i} "))
-    assert [f["text"] for f in sent] == ["0 "]
-    await asyncio.sleep(0.05)  # the tick ends: the rest in one frame
-    assert [f["text"] for f in sent[1:]] == ["".join(f"{i} " for i in range(1, 20))]
-    tick.add(frame("after a pause"))  # nothing went out in the last tick: at once
+    assert sent == []
+    await asyncio.sleep(0)
+    assert [f["text"] for f in sent] == ["".join(f"{i} " for i in range(20))]
+    tick.add(frame("within the tick"))  # waits for the tick's end
+    await asyncio.sleep(0)
+    assert len(sent) == 1
+    await asyncio.sleep(0.05)
+    assert sent[-1]["text"] == "within the tick"
+    await asyncio.sleep(0.05)
+    tick.add(frame("after a pause"))  # nothing went out in the last tick: one loop turn
+    await asyncio.sleep(0)
     assert sent[-1]["text"] == "after a pause" and sent[-1]["turn_id"] == "r.t1"
 
 
 async def test_the_tick_keeps_kinds_in_order_and_sends_the_rest_at_the_end_of_a_turn() -> None:
     sent: list[dict[str, Any]] = []
     tick = DeltaTick(sent.append, interval=60)
-    tick.add(frame("think", kind="reasoning_delta"))  # at once: the first of the run
+    tick.add(frame("think", kind="reasoning_delta"))  # the first of the run: no timer
     tick.add(frame("ing", kind="reasoning_delta"))
+    await asyncio.sleep(0)
     tick.add(frame("", kind="reasoning_delta"))  # nothing to send
-    tick.add(frame("Hel"))
+    tick.add(frame("Hel"))  # within the tick: waits
     tick.add(frame("lo"))
     tick.add(frame("next", turn="r.t2"))  # another turn is another kind of text
     assert [(f["type"], f["text"]) for f in sent] == [
-        ("reasoning_delta", "think"),
-        ("reasoning_delta", "ing"),
+        ("reasoning_delta", "thinking"),
         ("delta", "Hello"),
     ]
     tick.flush()  # the end of the turn: no waiting for the tick
     assert (sent[-1]["text"], sent[-1]["turn_id"]) == ("next", "r.t2")
     tick.flush()
-    assert len(sent) == 4
+    assert len(sent) == 3
 
 
 def test_a_tick_of_zero_sends_every_chunk() -> None:

@@ -23,7 +23,9 @@ class Leaky:
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         chunks = ["Your key: ", SECRET[:9], SECRET[9:], " — keep it safe."]
-        for chunk in chunks:
+        on_delta({"type": "delta", "text": chunks[0]})
+        await asyncio.sleep(0)  # the first chunk goes now: the rest must wait for the tick
+        for chunk in chunks[1:]:
             on_delta({"type": "delta", "text": chunk})
         await asyncio.sleep(0)
         return ModelResponse(text="".join(chunks))
@@ -64,8 +66,8 @@ async def test_a_ticks_text_is_redacted_whole_and_sent_before_the_turn_ends(
     started = await runs.start(tenant.tenant_id, sid, RunRequest(input="hi"))
     await runs.wait(tenant.tenant_id, started.run_id, within_seconds=30)
     frames = [entry for entry in live.log if isinstance(entry, dict)]
-    # The first chunk at once, the rest in one frame at the end of the turn (the tick is
-    # a minute): the key was whole in that frame, so it was redacted.
+    # The first chunk once the model yielded, the rest in one frame at the end of the turn
+    # (the tick is a minute): the key was whole in that frame, so it was redacted.
     assert [f["text"] for f in frames] == ["Your key: ", "[REDACTED] — keep it safe."]
     assert live.log[-1] == ("end", f"{started.run_id}.t1")
     assert all(f["run_id"] == started.run_id for f in frames)

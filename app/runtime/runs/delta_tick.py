@@ -3,10 +3,13 @@
 A model streams in chunks of a word or less, and every chunk that left the run on its own
 would cost a frame everywhere after it: the bus, the NOTIFY channel to the other replicas,
 each subscriber's encode, and a socket write per stream. A frame is what costs, not a token,
-so the run sends at most one frame per kind per tick (`interval`): the first chunk after a
-quiet tick goes at once (the first token is never delayed), later ones join the text waiting
-for the tick's end. Redaction runs on that joined text, once per tick rather than once per
-chunk, which also catches a secret the model split across the chunks of one tick.
+so the run sends at most one frame per kind per tick (`interval`), and one more for the
+first chunk after a quiet tick, which goes as soon as the model lets the event loop run
+(`call_soon`): the first token waits for no timer, and the chunks a model hands over in one
+burst (a provider's SDK parsing several events out of one read, a model that answers at
+once) leave together. Later chunks join the text waiting for the tick's end. Redaction runs
+on that joined text, once per frame rather than once per chunk, which also catches a secret
+the model split across the chunks of one frame.
 
 The end of a turn sends what waits at once (`flush`), so the turn's text is complete before
 its events are written.
@@ -31,7 +34,7 @@ class DeltaTick:
         self._send = send
         self._interval = interval
         self._sent_at = float("-inf")
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         # What waits: the text of one kind (`type` and turn) in parts, and its first frame.
         self._template: Frame | None = None
         self._kind: object = None
@@ -54,11 +57,15 @@ class DeltaTick:
         self._parts.append(text)
         if self._timer is not None:
             return
-        wait = self._sent_at + self._interval - time.monotonic()
-        if wait <= 0:
+        if self._interval <= 0:
             self.flush()
+            return
+        wait = self._sent_at + self._interval - time.monotonic()
+        loop = asyncio.get_running_loop()
+        if wait <= 0:  # a quiet tick: at the end of the model's burst, before any I/O
+            self._timer = loop.call_soon(self.flush)
         else:
-            self._timer = asyncio.get_running_loop().call_later(wait, self.flush)
+            self._timer = loop.call_later(wait, self.flush)
 
     def flush(self) -> None:
         """Send what waits now (the end of a turn, or the end of the tick)."""
