@@ -6,41 +6,14 @@ recorders): the ledger, the runs, the schedules and the webhooks share one.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
-
-import orjson
 
 from app.runtime.errors import PayloadTooLarge
 from app.runtime.session.events import NewEvent
 from app.runtime.session.redaction import Redactor
+from app.store.json_text import dumps
 from app.store.snapshot_text import snapshot_text
-
-# orjson refuses (TypeError) what it would write differently from `json` (a datetime, a
-# dataclass, a subclass of a JSON type, an integer beyond 64 bits, a key that is not a
-# string), and the standard library then writes it, or raises, as it always did.
-_ORJSON_EXACT = (
-    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)  # fmt: skip
-
-
-def _dumps(value: Any) -> str:
-    """Compact JSON text, as `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`
-    writes it (up to how a float's exponent is spelled), by orjson: ten times faster.
-
-    orjson writes NaN and the infinities as `null`, where `json` writes tokens that are not
-    JSON (and that PostgreSQL refuses), so a text with a `null` in it is written again by
-    `json`: the value, or the error, stays the standard library's.
-    """
-    try:
-        raw = orjson.dumps(value, option=_ORJSON_EXACT)
-    except TypeError:  # orjson.JSONEncodeError is one
-        raw = b"null"
-    if b"null" in raw:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return raw.decode()
 
 
 def new_event_ids(n: int) -> list[str]:
@@ -90,11 +63,11 @@ class Payloads:
         # Encoded first: almost no payload holds anything to redact, and one search of its
         # text says so (`Redactor.json_may_change`); then the payload is stored as it is,
         # with no walk that copies it. Otherwise it is redacted and encoded again.
-        text = _dumps(payload)
+        text = dumps(payload)
         clean = payload
         if self.redactor.json_may_change(text):
             clean = self.redactor.value(payload)
-            text = _dumps(clean)
+            text = dumps(clean)
         # A UTF-8 character is at most 4 bytes: only a text that might be too big is encoded.
         if len(text) * 4 > self.max_event_bytes:
             size = len(text.encode())

@@ -10,7 +10,6 @@ IS NULL`, atomic on every replica.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any
@@ -23,6 +22,7 @@ from app.runtime.ports import AppendResult, IdempotencyToken, NewRun, RunFinish,
 from app.runtime.session.events import NewEvent
 from app.store.base import Database, as_utc, utcnow
 from app.store.idempotency import IdempotencyStore, committed_result
+from app.store.json_text import dumps
 from app.store.ledger import read_session
 from app.store.payloads import Payloads
 from app.store.tables import runs
@@ -70,7 +70,7 @@ def run_from_mapping(m: Any) -> RunRecord:
 
 def json_text(value: Any) -> str | None:
     """A JSON column's value as the driver takes it (text), None for SQL NULL."""
-    return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return None if value is None else dumps(value)
 
 
 class RunStore(ABC):

@@ -1,5 +1,6 @@
-"""`app.store.json_text.loads` gives exactly what `json.loads` gives (issue #21: orjson where
-it is exact, so an integer beyond 64 bits never comes back rounded)."""
+"""`app.store.json_text.loads` gives exactly what `json.loads` gives (orjson where it is
+exact, so an integer beyond 64 bits never comes back rounded), and `dumps` writes what
+`json.dumps` writes (a NaN or an infinity too, which orjson would write as null)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.store.json_text import loads
+from app.store.json_text import dumps, loads
 
 _SCALARS = (
     st.none()
@@ -62,3 +63,27 @@ def test_many_digits_without_a_long_run_and_a_long_run_in_a_string() -> None:
     text = json.dumps({"a": [123456789] * 5, "s": "1234567890123456789012", "n": 2**70})
     assert _same(loads(text), json.loads(text))
     assert _same(loads('{"a": [123456789, 987654321, 55]}'), {"a": [123456789, 987654321, 55]})
+
+
+_WRITTEN = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.tuples(inner, inner)
+    | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_WRITTEN)
+def test_dumps_writes_what_the_standard_library_writes(value: Any) -> None:
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = dumps(value)
+    # The one difference allowed: how a float is spelled (orjson's shortest form).
+    assert text == expected or _same(json.loads(text), json.loads(expected))
+    assert ("NaN" in text or "Infinity" in text) == ("NaN" in expected or "Infinity" in expected)
+
+
+def test_a_null_beside_a_nan_keeps_the_nan() -> None:
+    assert dumps({"limit": None, "x": [1.5, math.nan]}) == '{"limit":null,"x":[1.5,NaN]}'
+    assert dumps({"limit": None, "x": -math.inf}) == '{"limit":null,"x":-Infinity}'
+    assert dumps({"limit": None, "x": 1.0}) == '{"limit":null,"x":1.0}'
