@@ -15,7 +15,7 @@ from app.live.run_follow import RunStreams
 from app.live.stream_response import StreamSlots
 from app.logs import bind
 from app.metrics import Metrics
-from app.runtime.access.accounts import Accounts, Principal
+from app.runtime.access.accounts import Principal
 from app.runtime.access.stream_tokens import StreamGrant, StreamTokens
 from app.runtime.errors import AdminDisabled, AdminUnauthorized, ProcessesDisabled, Unauthorized
 from app.runtime.models.registry import ModelRegistry
@@ -64,10 +64,6 @@ async def get_runs(services: ServicesDep) -> RunManager:
 
 async def get_run_streams(services: ServicesDep) -> RunStreams:
     return services.run_streams
-
-
-async def get_accounts(services: ServicesDep) -> Accounts:
-    return services.accounts
 
 
 async def get_process_plane(services: ServicesDep) -> ProcessManager | None:
@@ -138,11 +134,15 @@ async def get_metrics(services: ServicesDep) -> Metrics | None:
 async def get_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    accounts: AccountsDep,
+    services: ServicesDep,
 ) -> Principal:
-    """The caller's tenant, from the API key alone (never from the path, query or body)."""
+    """The caller's tenant, from the API key alone (never from the path, query or body).
+
+    It takes the services (which the route resolves too, once per request), not a
+    dependency of its own for the accounts: every dependency costs every request a
+    resolution, and this one is on every route."""
     raw = credentials.credentials if credentials is not None else None
-    principal = await accounts.authenticate(raw)
+    principal = await services.accounts.authenticate(raw)
     # From here on, every log line of this request names the tenant (and the session).
     bind(tenant_id=principal.tenant_id, session_id=request.path_params.get("session_id"))
     request.state.key_prefix = principal.key_prefix  # a stream is watched under its key
@@ -152,8 +152,7 @@ async def get_tenant(
 async def get_stream_grant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    accounts: AccountsDep,
-    tokens: StreamTokensDep,
+    services: ServicesDep,
     token: Annotated[
         str | None,
         Query(max_length=2048, description="A stream token from POST /v1/stream-tokens."),
@@ -166,11 +165,12 @@ async def get_stream_grant(
     in the database, uncached, so that a revoked key's or a deleted tenant's tokens are
     refused at once rather than until they expire.
     """
+    accounts = services.accounts
     if credentials is not None:
         principal = await accounts.authenticate(credentials.credentials)
         grant = StreamGrant(tenant_id=principal.tenant_id, key_prefix=principal.key_prefix)
     elif token:
-        grant = tokens.verify(token)
+        grant = services.stream_tokens.verify(token)
         assert grant.key_prefix is not None  # verify refuses a token without one
         await accounts.check_key(grant.key_prefix, grant.tenant_id)
     else:
@@ -208,7 +208,6 @@ async def get_operator(
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
-AccountsDep = Annotated[Accounts, Depends(get_accounts)]
 BlueprintsDep = Annotated[Blueprints, Depends(get_blueprints)]
 RuntimeDep = Annotated[SessionRuntime, Depends(get_runtime)]
 RunsDep = Annotated[RunManager, Depends(get_runs)]
