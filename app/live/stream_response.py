@@ -17,8 +17,8 @@ where it waits; the generator's cleanup then runs.
 
 That helper starts half a second into the body (`_LISTEN_AFTER`, or the ping interval if
 shorter), not with it: a stream that ends sooner (a run whose model answers at once) never
-needs it, and its task, its timer and its cancellation were a tenth of such a stream's own
-cost. A client that leaves in that first half second is heard when the helper starts:
+needs it, and its task, its timer and its cancellation were a measurable part of such a
+stream's cost. A client that leaves in that first half second is heard when the helper starts:
 uvicorn keeps its disconnect for the next `receive()`, and sends meanwhile go nowhere.
 
 A frame's send arms no timer of its own: a send that the client's socket takes at once (all

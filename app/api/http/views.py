@@ -144,7 +144,7 @@ def event_json_bytes(event: Event) -> bytes:
 def json_bytes(value: Any) -> bytes:
     """Compact UTF-8 JSON: by orjson, several times faster, unless it refuses the value (an
     integer beyond 64 bits, a key that is not a string), which the standard library then
-    writes exactly as orjson would have. Compact JSON holds no line break."""
+    writes exactly. Compact JSON holds no line break, so it is one `data:` line as it is."""
     try:
         return orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError is one
