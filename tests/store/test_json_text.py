@@ -67,9 +67,11 @@ def test_many_digits_without_a_long_run_and_a_long_run_in_a_string() -> None:
 
 _WRITTEN = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(st.text(), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
